@@ -1,0 +1,108 @@
+"""Shared helpers for the Nix test tiers: find Nix and the nixpkgs trees, run evaluations, skip loudly.
+
+The trees are fetched by developers to fixed places outside the repo and never committed:
+NIXPKGS_LIB (a nixpkgs lib tree) and NIXOS_TREE (a full nixpkgs tree). `scripts/check` sets both
+when they exist under $STATION_CACHE/trees.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+CACHE = Path(os.environ.get("STATION_CACHE", "/opt/vllm-station"))
+
+
+@functools.cache
+def nix_bin() -> Path | None:
+    """The directory holding a Nix >= 2.18 (PATH first, then scripts/install-nix's prefix)."""
+    candidates = []
+    found = shutil.which("nix-instantiate")
+    if found:
+        candidates.append(Path(found).parent)
+    candidates.append(CACHE / "nix" / "bin")
+    for d in candidates:
+        exe = d / "nix-instantiate"
+        if not exe.exists():
+            continue
+        out = subprocess.run([exe, "--version"], capture_output=True, text=True, check=False).stdout
+        version = out.strip().split()[-1] if out.strip() else "0"
+        if tuple(int(x) for x in version.split(".")[:2] if x.isdigit()) >= (2, 18):
+            return d
+    return None
+
+
+def require_nix() -> Path:
+    d = nix_bin()
+    if d is None:
+        pytest.skip("no Nix >= 2.18 found: run scripts/install-nix (scripts/check does) to enable the Nix tiers")
+    return d
+
+
+def require_tree(var: str, marker_file: str, what: str) -> Path:
+    value = os.environ.get(var)
+    if not value:
+        pytest.skip(f"{var} unset: {what} skipped; set {var}=/path/to/tree (see ../shared/notes/nix-offline.md)")
+    path = Path(value)
+    if not (path / marker_file).exists():
+        pytest.skip(f"{var}={value} has no {marker_file}: {what} skipped")
+    return path
+
+
+def run_nix(args: list[str], *, timeout: int = 600, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    d = require_nix()
+    env = dict(os.environ)
+    env["PATH"] = f"{d}:{env.get('PATH', '')}"
+    env.setdefault("NIX_CONFIG", "experimental-features = nix-command flakes\nflake-registry =\nsubstituters =")
+    return subprocess.run(
+        [str(d / args[0]), *args[1:]], capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env, check=False
+    )
+
+
+def eval_json(args: list[str], *, timeout: int = 600) -> Any:
+    """`nix-instantiate --eval --strict --json ARGS` (a throwing leaf fails the run, unlike `nix eval`)."""
+    proc = run_nix(["nix-instantiate", "--eval", "--strict", "--json", *args], timeout=timeout)
+    if proc.returncode != 0:
+        raise AssertionError(f"nix-instantiate {' '.join(args)} failed:\n{proc.stderr[-4000:]}")
+    return json.loads(proc.stdout)
+
+
+@functools.cache
+def store_path(tree: str) -> str:
+    """Add a tree to the Nix store once (so `path:` inputs are not re-copied) and return its store path."""
+    proc = run_nix(["nix", "store", "add-path", "--name", "source", tree], timeout=900)
+    if proc.returncode != 0:
+        raise AssertionError(f"nix store add-path {tree} failed:\n{proc.stderr[-2000:]}")
+    return proc.stdout.strip()
+
+
+@functools.cache
+def flake_snapshot() -> Path:
+    """The flake as it would be committed: tracked + untracked-but-not-ignored files, copied to a temp dir.
+
+    Nix sees only git-tracked files of a git flake; this evaluates exactly what `git add -A` would commit.
+    """
+    files = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, capture_output=True, check=True
+    ).stdout.split(b"\0")
+    dest = Path(tempfile.mkdtemp(prefix="station-flake-"))
+    with tempfile.TemporaryFile() as buf:
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            for name in filter(None, files):
+                rel = name.decode()
+                if (REPO / rel).exists():
+                    tar.add(REPO / rel, arcname=rel, recursive=False)
+        buf.seek(0)
+        with tarfile.open(fileobj=buf, mode="r") as tar:
+            tar.extractall(dest, filter="tar")
+    return dest

@@ -1,0 +1,64 @@
+# The `station` operator tools as a Python application.
+# Version comes from pyproject.toml; the test suite runs in the build (real-vLLM and Nix tiers skip
+# there with their reasons: no vLLM venv and no Nix inside the build sandbox).
+{
+  lib,
+  python3Packages,
+  numactl,
+}:
+let
+  pyproject = lib.importTOML ./pyproject.toml;
+in
+python3Packages.buildPythonApplication {
+  pname = "vllm-station";
+  inherit (pyproject.project) version;
+  pyproject = true;
+
+  src = lib.fileset.toSource {
+    root = ./.;
+    fileset = lib.fileset.unions [
+      ./pyproject.toml
+      ./README.md
+      ./src
+      ./tests
+    ];
+  };
+
+  build-system = [ python3Packages.setuptools ];
+
+  dependencies = with python3Packages; [
+    aiohttp
+    cffi
+    httpx
+    huggingface-hub
+    matplotlib
+    nvidia-ml-py
+    safetensors
+  ];
+
+  nativeCheckInputs = with python3Packages; [
+    numpy
+    pytestCheckHook
+    pytest-timeout
+  ];
+
+  # Pin libnuma so `station numa-exec`/`download` do not depend on the host's loader path.
+  makeWrapperArgs = [
+    "--set-default"
+    "STATION_LIBNUMA"
+    "${lib.getLib numactl}/lib/libnuma.so.1"
+  ];
+  preCheck = ''
+    export STATION_LIBNUMA=${lib.getLib numactl}/lib/libnuma.so.1
+    export HOME=$TMPDIR
+  '';
+
+  pythonImportsCheck = [ "vllm_station" ];
+
+  meta = {
+    description = "Operator tools for vLLM on NVIDIA DGX Station GB300: smoke, preflight, download, verify, bench";
+    license = lib.licenses.mit;
+    mainProgram = "station";
+    platforms = lib.platforms.linux;
+  };
+}

@@ -1,0 +1,94 @@
+"""`station` — argparse only. One subcommand per command module; errors become exit codes, never tracebacks.
+
+Each command module exposes::
+
+    HELP: str                                   # one line for `station --help`
+    def configure(parser: argparse.ArgumentParser) -> None
+    def run(args: argparse.Namespace) -> int    # the exit code
+
+and is imported only when its subcommand runs, so `station smoke` never imports matplotlib or cffi.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from types import ModuleType
+
+from vllm_station import __version__
+from vllm_station.errors import EXIT_INTERRUPTED, EXIT_USAGE, StationError
+
+log = logging.getLogger("vllm_station")
+
+# subcommand -> module (under vllm_station) and its one-line help.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "smoke": ("smoke", "go/no-go: model list, chat answer, get_weather tool call (plain and streamed)"),
+    "wait-ready": ("wait_ready", "block until /health is 200 and a 1-token completion succeeds"),
+    "prestart": ("prestart", "before every start: sync, drop page cache, check HBM FilePages, keep old logs"),
+    "preflight": ("preflight.cli", "know before you start: NUMA, page cache, GPU, checkpoint, disk, port"),
+    "numa-exec": ("numa_exec", "run a command with its memory bound to NUMA nodes (default node 0)"),
+    "download": ("download", "download a pinned model revision bound to NUMA node 0, then verify it"),
+    "verify": ("verify", "verify a checkpoint: config, index, shard headers, optional sha256; write a stamp"),
+    "bench": ("bench.cli", "load test: concurrency sweep, burst, prefill; tables, JSON/CSV, PNG plots"),
+    "simulate": ("simulate", "an OpenAI-compatible server with a known timing schedule (bench ground truth)"),
+    "nccl-check": ("nccl", "classify the NCCL transport (GPUDirect RDMA / IB / socket) from logs"),
+}
+
+
+def _load(name: str) -> ModuleType:
+    module_name, _ = COMMANDS[name]
+    return importlib.import_module(f"vllm_station.{module_name}")
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="station", description="vllm-station operator tools")
+    parser.add_argument("--version", action="version", version=f"station {__version__}")
+    parser.add_argument("--debug", action="store_true", help="log debug details to stderr")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (_, help_text) in COMMANDS.items():
+        sp = sub.add_parser(name, help=help_text, description=help_text)
+        sp.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        if only is None or name == only:
+            _load(name).configure(sp)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = next((a for a in argv if not a.startswith("-")), None)
+    only = command if command in COMMANDS else None
+    try:
+        parser = build_parser(only)
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
+        return int(exc.code or 0) if isinstance(exc.code, int) else EXIT_USAGE
+    except StationError as err:
+        print(f"station: error: {err}", file=sys.stderr)
+        return err.exit_code
+    logging.basicConfig(
+        level=logging.DEBUG if getattr(args, "debug", False) else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    try:
+        return int(_load(args.command).run(args))
+    except StationError as err:
+        print(f"station {args.command}: error: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print(f"station {args.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def command_main(name: str, argv: list[str] | None = None) -> int:
+    """`main(argv)` for one command module: `station NAME ARGV...`."""
+    return main([name, *(sys.argv[1:] if argv is None else argv)])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,146 @@
+"""NVML reader (nvidia-ml-py's `pynvml`): GPUs, memory, processes holding memory, memory modes.
+
+`pynvml` is imported only inside `read_nvml()`; when the module or the driver library is missing it
+raises `NvmlUnavailable` with the reason, so callers report SKIP instead of crashing. Queries a GPU or
+driver does not support read as None.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+ADDRESSING_MODES = {0: "none", 1: "HMM", 2: "ATS"}
+
+
+class NvmlUnavailable(Exception):
+    """NVML cannot be used here (no module, no driver library, no GPU driver loaded)."""
+
+
+@dataclass
+class GpuProcess:
+    pid: int
+    used_bytes: int | None  # None: the driver does not say (e.g. another PID namespace)
+    kind: str  # "compute" | "graphics"
+    name: str = ""
+    cmdline: str = ""
+
+    @property
+    def is_vllm(self) -> bool:
+        text = f"{self.name} {self.cmdline}".lower()
+        return "vllm" in text
+
+
+@dataclass
+class GpuInfo:
+    index: int
+    name: str
+    uuid: str
+    memory_total: int
+    memory_used: int
+    memory_free: int
+    memory_reserved: int | None = None
+    processes: list[GpuProcess] = field(default_factory=list)
+    numa_node: int | None = None  # the NUMA node that exposes this GPU's memory (coherent/NUMA mode)
+    addressing_mode: str | None = None  # none | HMM | ATS
+    c2c_enabled: bool | None = None
+    pci_bus_id: str | None = None
+
+
+@dataclass
+class NvmlReport:
+    driver_version: str
+    cuda_driver_version: str | None
+    nvml_version: str | None
+    gpus: list[GpuInfo]
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _proc_text(pid: int, name: str, root: Path) -> str:
+    try:
+        raw = (root / "proc" / str(pid) / name).read_bytes()
+    except OSError:
+        return ""
+    return raw.replace(b"\0", b" ").decode("utf-8", errors="replace").strip()
+
+
+def read_nvml(proc_root: Path = Path("/")) -> NvmlReport:
+    """Read every GPU. `proc_root` is where process names are looked up (the host's /proc)."""
+    try:
+        import pynvml
+    except ImportError as err:
+        raise NvmlUnavailable(f"the nvidia-ml-py module is not installed ({err})") from err
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as err:
+        raise NvmlUnavailable(f"NVML could not start: {err}") from err
+
+    def optional(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T | None:
+        try:
+            return fn(*args, **kwargs)
+        except pynvml.NVMLError:
+            return None
+        except AttributeError:  # an older nvidia-ml-py without this call
+            return None
+
+    try:
+        driver = _text(pynvml.nvmlSystemGetDriverVersion())
+        cuda = optional(pynvml.nvmlSystemGetCudaDriverVersion)
+        cuda_text = f"{cuda // 1000}.{cuda % 1000 // 10}" if isinstance(cuda, int) else None
+        nvml_raw = optional(pynvml.nvmlSystemGetNVMLVersion)
+        nvml_version = _text(nvml_raw) if nvml_raw is not None else None
+        gpus: list[GpuInfo] = []
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
+            mem_v2 = optional(pynvml.nvmlDeviceGetMemoryInfo, handle, version=pynvml.nvmlMemory_v2)
+            processes: list[GpuProcess] = []
+            for kind, getter in (
+                ("compute", pynvml.nvmlDeviceGetComputeRunningProcesses),
+                ("graphics", pynvml.nvmlDeviceGetGraphicsRunningProcesses),
+            ):
+                for p in optional(getter, handle) or []:
+                    used = getattr(p, "usedGpuMemory", None)
+                    processes.append(
+                        GpuProcess(
+                            pid=int(p.pid),
+                            used_bytes=int(used) if isinstance(used, int) and used >= 0 else None,
+                            kind=kind,
+                            name=_proc_text(int(p.pid), "comm", proc_root),
+                            cmdline=_proc_text(int(p.pid), "cmdline", proc_root)[:200],
+                        )
+                    )
+            numa = optional(pynvml.nvmlDeviceGetNumaNodeId, handle)
+            mode = optional(pynvml.nvmlDeviceGetAddressingMode, handle)
+            c2c = optional(pynvml.nvmlDeviceGetC2cModeInfoV, handle)
+            pci = optional(pynvml.nvmlDeviceGetPciInfo, handle)
+            gpus.append(
+                GpuInfo(
+                    index=index,
+                    name=_text(pynvml.nvmlDeviceGetName(handle)),
+                    uuid=_text(optional(pynvml.nvmlDeviceGetUUID, handle) or ""),
+                    memory_total=int(mem.total),
+                    memory_used=int(mem.used),
+                    memory_free=int(mem.free),
+                    memory_reserved=int(mem_v2.reserved) if mem_v2 is not None else None,
+                    processes=processes,
+                    numa_node=numa if isinstance(numa, int) and numa >= 0 else None,
+                    addressing_mode=ADDRESSING_MODES.get(mode, str(mode)) if isinstance(mode, int) else None,
+                    c2c_enabled=bool(c2c.isC2cEnabled) if c2c is not None else None,
+                    pci_bus_id=_text(pci.busId) if pci is not None else None,
+                )
+            )
+        return NvmlReport(driver, cuda_text, nvml_version, gpus)
+    except pynvml.NVMLError as err:
+        raise NvmlUnavailable(f"NVML query failed: {err}") from err
+    finally:
+        with contextlib.suppress(pynvml.NVMLError):
+            pynvml.nvmlShutdown()

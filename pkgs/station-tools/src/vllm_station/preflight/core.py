@@ -1,0 +1,341 @@
+"""The preflight check registry: results, configuration, context and the runner.
+
+A check is a function `(ctx: Context) -> CheckResult` registered with `@check(name, group=...)`.
+Checks are independent: one that raises never stops the others — it becomes a FAIL naming the error
+(or a SKIP when it raises `SkipCheck`). Group "station" holds the one-station checks
+(`vllm_station.preflight.checks`); group "pair" (`vllm_station.preflight.pair`, two-station issue)
+runs only when the configuration has a `pair` section.
+
+Adding a module of checks::
+
+    from vllm_station.preflight.core import CheckResult, Context, Status, check
+
+    @check("rail-link", group="pair", description="rail interface up, MTU 9000")
+    def rail_link(ctx: Context) -> CheckResult:
+        ...
+        return CheckResult("rail-link", Status.PASS, "cx8r1 up, MTU 9000", threshold="MTU 9000")
+
+and list the module in `CHECK_MODULES` below.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import importlib
+import json
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from vllm_station.errors import UsageError
+
+log = logging.getLogger(__name__)
+
+# Modules whose import registers checks, in run order. A module that does not exist yet is skipped.
+CHECK_MODULES: tuple[str, ...] = ("vllm_station.preflight.checks", "vllm_station.preflight.pair")
+
+GiB = 1024**3
+
+
+class Status(enum.StrEnum):
+    PASS = "PASS"
+    WARN = "WARN"
+    FAIL = "FAIL"
+    SKIP = "SKIP"
+
+
+@dataclass
+class CheckResult:
+    """One check's verdict. `figure` is what was measured, `threshold` what it was compared with,
+    `fix` what an operator does about it (set for every non-PASS), `details` the raw figures."""
+
+    name: str
+    status: Status
+    figure: str
+    threshold: str | None = None
+    fix: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+    group: str = "station"
+    elapsed_ms: float = 0.0
+
+
+class SkipCheck(Exception):
+    """Raise inside a check to report SKIP with `reason` (and an optional fix that would enable it)."""
+
+    def __init__(self, reason: str, fix: str | None = None, details: dict[str, Any] | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.fix = fix
+        self.details = details or {}
+
+
+# --- configuration -------------------------------------------------------------------------------
+
+
+@dataclass
+class PathsConfig:
+    state: str = "/var/lib/vllm-station"
+    cache: str = "/var/cache/vllm-station"
+    logs: str = "/var/log/vllm-station"
+
+
+@dataclass
+class PairConfig:
+    role: str = "head"
+    rank: int = 0
+    head_address: str | None = None
+    worker_address: str | None = None
+    rail_interface: str | None = None
+    rail_hca: str | None = None
+    gid_index: int = 3
+    master_port: int = 29500
+    peer_stamp_url: str | None = None
+
+
+@dataclass
+class PreflightConfig:
+    """The JSON the Nix module writes (camelCase keys; unknown keys ignored, missing keys default)."""
+
+    host: str = "127.0.0.1"
+    port: int = 8888
+    model: str = "nvidia/GLM-5.3-Flash-NVFP4"
+    model_dir: str | None = None
+    revision: str | None = None
+    gpu_node: int = 1
+    max_file_pages_gib: float = 4.0
+    gpu_memory_utilization: float = 0.94
+    max_model_len: int = 1048576
+    max_num_seqs: int = 256
+    kv_cache_dtype: str = "fp8"
+    runtime: str | None = None
+    image: str | None = None
+    paths: PathsConfig = field(default_factory=PathsConfig)
+    pair: PairConfig | None = None
+    # the whole parsed JSON, for check modules that read keys of their own
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> PreflightConfig:
+        if not isinstance(data, Mapping):
+            raise UsageError(f"preflight config: expected a JSON object, got {type(data).__name__}")
+        values = _load_fields(cls, data, "", skip={"paths", "pair", "raw"})
+        paths_raw = data.get("paths")
+        paths = PathsConfig()
+        if paths_raw is not None:
+            if not isinstance(paths_raw, Mapping):
+                raise UsageError("preflight config: 'paths' must be an object")
+            paths = PathsConfig(**_load_fields(PathsConfig, paths_raw, "paths."))
+        pair_raw = data.get("pair")
+        pair: PairConfig | None = None
+        if pair_raw is not None:
+            if not isinstance(pair_raw, Mapping):
+                raise UsageError("preflight config: 'pair' must be an object or null")
+            pair = PairConfig(**_load_fields(PairConfig, pair_raw, "pair."))
+        return cls(**values, paths=paths, pair=pair, raw=dict(data))
+
+    @classmethod
+    def load(cls, path: Path) -> PreflightConfig:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as err:
+            raise UsageError(f"cannot read preflight config {path}: {err.strerror or err}") from err
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise UsageError(f"preflight config {path} is not valid JSON: {err}") from err
+        return cls.from_mapping(data)
+
+
+def camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+# special spellings of camelCase keys that the simple rule does not produce
+_KEY_OVERRIDES = {"max_file_pages_gib": "maxFilePagesGiB"}
+
+
+def _load_fields(cls: type, data: Mapping[str, Any], prefix: str, skip: Iterable[str] = ()) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    skipped = set(skip)
+    for f in dataclasses.fields(cls):
+        if f.name in skipped:
+            continue
+        key = _KEY_OVERRIDES.get(f.name, camel(f.name))
+        if key not in data:
+            continue
+        out[f.name] = _coerce(f"{prefix}{key}", data[key], f.default)
+    return out
+
+
+def _coerce(key: str, value: Any, default: Any) -> Any:
+    """Type-check one value against its default's type (None allowed where the default is None)."""
+    if value is None:
+        if default is None:
+            return None
+        raise UsageError(f"preflight config: '{key}' must not be null")
+    if isinstance(default, bool):
+        ok = isinstance(value, bool)
+    elif isinstance(default, int):
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif isinstance(default, float):
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        value = float(value) if ok else value
+    else:  # str or None defaults: strings
+        ok = isinstance(value, str)
+    if not ok:
+        expected = "a string" if default is None or isinstance(default, str) else type(default).__name__
+        raise UsageError(f"preflight config: '{key}' must be {expected}, got {json.dumps(value)}")
+    return value
+
+
+# --- context -------------------------------------------------------------------------------------
+
+T = TypeVar("T")
+
+
+@dataclass
+class Context:
+    """What every check gets: the root of the host's filesystem (`/`, or a prepared tree in tests),
+    the configuration, and a cache so readers shared by several checks run once."""
+
+    root: Path = Path("/")
+    config: PreflightConfig = field(default_factory=PreflightConfig)
+    cache: dict[str, Any] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    def cached(self, key: str, fn: Callable[[], T]) -> T:
+        """`fn()` once per run; an exception is cached too and re-raised to every caller."""
+        if key not in self.cache:
+            try:
+                self.cache[key] = (True, fn())
+            except Exception as err:
+                self.cache[key] = (False, err)
+        ok, value = self.cache[key]
+        if not ok:
+            raise value
+        return value  # type: ignore[no-any-return]
+
+    def host_path(self, path: str | Path) -> Path:
+        """A host path (as the config names it) inside `root`."""
+        p = Path(path)
+        return self.root / p.relative_to("/") if p.is_absolute() else self.root / p
+
+    @property
+    def live(self) -> bool:
+        """True when checking the running machine (root is /), so sockets and NVML mean this host."""
+        return self.root.resolve() == Path("/")
+
+
+# --- registry ------------------------------------------------------------------------------------
+
+CheckFn = Callable[[Context], CheckResult]
+
+
+@dataclass(frozen=True)
+class CheckSpec:
+    name: str
+    group: str
+    fn: CheckFn
+    description: str
+
+
+REGISTRY: dict[str, CheckSpec] = {}
+
+
+def check(name: str, group: str = "station", description: str = "") -> Callable[[CheckFn], CheckFn]:
+    """Register a check. Names are unique across groups (they are what `--only` takes)."""
+
+    def register(fn: CheckFn) -> CheckFn:
+        existing = REGISTRY.get(name)
+        if existing is not None and existing.fn is not fn:
+            raise ValueError(f"preflight check {name!r} registered twice")
+        REGISTRY[name] = CheckSpec(name, group, fn, description or (fn.__doc__ or "").strip().split("\n")[0])
+        return fn
+
+    return register
+
+
+def load_checks(modules: Sequence[str] = CHECK_MODULES) -> dict[str, CheckSpec]:
+    """Import the check modules (registering their checks). A module not written yet is skipped."""
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as err:
+            if err.name != module:
+                raise
+            log.debug("preflight: check module %s not present", module)
+    return REGISTRY
+
+
+def select(only: Sequence[str] | None, registry: Mapping[str, CheckSpec]) -> list[CheckSpec]:
+    """Check specs for `--only` (check names or group names); all when None. Unknown → UsageError."""
+    if not only:
+        return list(registry.values())
+    groups = {spec.group for spec in registry.values()}
+    chosen: list[CheckSpec] = []
+    for item in only:
+        if item in registry:
+            matches = [registry[item]]
+        elif item in groups:
+            matches = [s for s in registry.values() if s.group == item]
+        else:
+            known = ", ".join(sorted(registry)) or "none"
+            raise UsageError(
+                f"unknown check {item!r}; known checks: {known}; groups: {', '.join(sorted(groups))}"
+            )
+        chosen.extend(m for m in matches if m not in chosen)
+    return chosen
+
+
+def run_one(spec: CheckSpec, ctx: Context) -> CheckResult:
+    start = time.perf_counter()
+    try:
+        result = spec.fn(ctx)
+    except SkipCheck as skip:
+        result = CheckResult(spec.name, Status.SKIP, skip.reason, fix=skip.fix, details=skip.details)
+    except Exception as err:  # a broken check is a FAIL with its error, never a crash
+        log.debug("preflight check %s raised", spec.name, exc_info=True)
+        result = CheckResult(
+            spec.name,
+            Status.FAIL,
+            f"check error: {type(err).__name__}: {err}",
+            fix="the check itself could not run; fix the cause above (or report a bug with `--debug` output)",
+            details={"error": type(err).__name__, "message": str(err)},
+        )
+    result = dataclasses.replace(result, name=spec.name, group=spec.group)
+    result.elapsed_ms = round((time.perf_counter() - start) * 1000, 3)
+    return result
+
+
+def run_checks(ctx: Context, only: Sequence[str] | None = None) -> list[CheckResult]:
+    """Run the selected checks in registration order. Group "pair" runs only when `config.pair` is
+    set; asked for by name without a pair configured, its checks report SKIP."""
+    registry = load_checks()
+    specs = select(only, registry)
+    results: list[CheckResult] = []
+    for spec in specs:
+        if spec.group == "pair" and ctx.config.pair is None:
+            if not only:
+                continue
+            results.append(
+                CheckResult(
+                    spec.name,
+                    Status.SKIP,
+                    "no pair configured (config 'pair' is null)",
+                    fix="set services.vllm-station.pair (or 'pair' in the config) for two-station checks",
+                    group=spec.group,
+                )
+            )
+            continue
+        results.append(run_one(spec, ctx))
+    return results
+
+
+def exit_code(results: Iterable[CheckResult]) -> int:
+    """0 when no check failed, 1 otherwise."""
+    return 1 if any(r.status is Status.FAIL for r in results) else 0

@@ -1,0 +1,95 @@
+"""pytest plugin: group results into the project's test tiers and write a per-tier summary.
+
+Tiers come from markers: realvllm, nix_parse, nix_flake, nix_lib, nix_nixos, nix_vm; anything else
+is `unit`. `scripts/check` loads it with `-p pytest_tiers` and reads the JSON written to
+`--tiers-json` to print one PASS / SKIP / FAIL line per tier.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+TIER_MARKERS = ("realvllm", "nix_parse", "nix_flake", "nix_lib", "nix_nixos", "nix_vm")
+TIER_NAMES = {
+    "unit": "python unit + in-process servers",
+    "realvllm": "python against real vLLM (CPU)",
+    "nix_parse": "nix: parse every .nix file",
+    "nix_flake": "nix: flake structure (offline)",
+    "nix_lib": "nix: module tests (nixpkgs lib)",
+    "nix_nixos": "nix: full NixOS evaluations",
+    "nix_vm": "nix: VM tests (instantiate)",
+}
+
+_results: dict[str, dict[str, Any]] = defaultdict(
+    lambda: {"passed": 0, "failed": 0, "skipped": 0, "reasons": []}
+)
+_tier_of: dict[str, str] = {}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--tiers-json", default=None, help="write the per-tier summary as JSON here")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for marker in TIER_MARKERS:
+        config.addinivalue_line("markers", f"{marker}: test tier '{TIER_NAMES[marker]}'")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        tier = next((m for m in TIER_MARKERS if item.get_closest_marker(m)), "unit")
+        _tier_of[item.nodeid] = tier
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    tier = _tier_of.get(report.nodeid, "unit")
+    bucket = _results[tier]
+    if report.when == "call" or (report.when == "setup" and not report.passed):
+        if report.passed:
+            bucket["passed"] += 1
+        elif report.skipped:
+            bucket["skipped"] += 1
+            longrepr = report.longrepr
+            reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+            reason = reason.removeprefix("Skipped: ")
+            if reason not in bucket["reasons"]:
+                bucket["reasons"].append(reason)
+        else:
+            bucket["failed"] += 1
+    elif report.when == "teardown" and report.failed:
+        bucket["failed"] += 1
+
+
+def tier_status(bucket: dict[str, Any]) -> str:
+    if bucket["failed"]:
+        return "FAIL"
+    if bucket["passed"]:
+        return "PASS"
+    return "SKIP"
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    out = []
+    for tier in ("unit", *TIER_MARKERS):
+        bucket = _results.get(tier, {"passed": 0, "failed": 0, "skipped": 0, "reasons": []})
+        entry = {"tier": tier, "title": TIER_NAMES[tier], "status": tier_status(bucket), **bucket}
+        if not (bucket["passed"] or bucket["failed"] or bucket["skipped"]):
+            entry["status"] = "SKIP"
+            entry["reasons"] = ["no tests collected for this tier"]
+        out.append(entry)
+    terminalreporter.section("test tiers")
+    for e in out:
+        terminalreporter.write_line(
+            f"{e['status']:<4}  {e['title']:<38} {e['passed']} passed, {e['failed']} failed, {e['skipped']} skipped"
+        )
+        if e["status"] == "SKIP" or e["skipped"]:
+            for reason in e["reasons"][:5]:
+                terminalreporter.write_line(f"      skipped: {reason}")
+    path = config.getoption("--tiers-json")
+    if path:
+        Path(path).write_text(json.dumps(out, indent=2))
