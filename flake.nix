@@ -33,11 +33,9 @@
     in
     {
       nixosModules = {
-        default = {
-          imports = [ ./modules ];
-          # The flake's own build of the tools; a plain `imports = [ ./modules ]` builds it from pkgs.
-          config.nixpkgs.overlays = [ self.overlays.default ];
-        };
+        # Importing a module turns nothing on; each service has its own `enable`. The tools are built
+        # from the system's own pkgs (modules/default.nix), so the module works with or without flakes.
+        default = ./modules;
         serve = ./modules/serve.nix;
         host = ./modules/host.nix;
         download = ./modules/download.nix;

@@ -33,9 +33,10 @@ python3Packages.buildPythonApplication {
     huggingface-hub
     matplotlib
     nvidia-ml-py
-    safetensors
   ];
 
+  # safetensors is a test-only dependency (tests write real checkpoints with it); `station verify`
+  # reads the documented header format itself, which keeps torch out of this closure.
   nativeCheckInputs = with python3Packages; [
     numpy
     pytestCheckHook

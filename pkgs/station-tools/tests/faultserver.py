@@ -20,13 +20,15 @@ A route's answer is one of:
 - a callable `(Request) -> Reply | SseReply | RawReply`, to answer depending on the request.
 Unknown routes answer 404 `{"detail": "Not Found"}`. Every request is recorded in `srv.requests`.
 
-Helpers: `fake_openai_routes()` (models, health, chat with/without tools, streamed or not),
+Helpers: `fake_openai_routes()` (models, health, chat with/without tools, streamed or not), `fake_chat()`,
+`answer_of(route, request)`,
 `chat_completion(...)`, `chat_chunks(...)`, `free_port()` (a port nothing listens on),
 `UNRESOLVABLE_HOST` (a name under the reserved `.invalid` TLD).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
@@ -89,7 +91,9 @@ class FaultServer:
         self._stop = threading.Event()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
         self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="faultserver", daemon=True)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, args=(0.05,), name="faultserver", daemon=True
+        )
 
     @property
     def port(self) -> int:
@@ -142,13 +146,14 @@ def _make_handler(server: FaultServer) -> type[BaseHTTPRequestHandler]:
             if route is None:
                 answer: Answer = Reply(status=404, json={"detail": "Not Found"})
             elif callable(route):
-                answer = route(req)
+                try:
+                    answer = route(req)
+                except Exception as exc:  # a broken test route: say so in the answer, not in a thread dump
+                    answer = Reply(status=599, body=f"faultserver: the route raised {exc!r}")
             else:
                 answer = route
-            try:
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the client gave up: fine
                 self._send(answer)
-            except (BrokenPipeError, ConnectionResetError):
-                pass  # the client gave up (timeout tests): fine
 
         def _send(self, answer: Answer) -> None:
             if server.sleep(answer.delay_s):
@@ -211,12 +216,16 @@ WEATHER_ARGS = '{"location": "Paris", "unit": "celsius"}'
 def models_list(*names: str) -> dict[str, Any]:
     return {
         "object": "list",
-        "data": [{"id": n, "object": "model", "owned_by": "vllm", "root": f"/models/{n}", "max_model_len": 2048}
-                 for n in names],
+        "data": [
+            {"id": n, "object": "model", "owned_by": "vllm", "root": f"/models/{n}", "max_model_len": 2048}
+            for n in names
+        ],
     }
 
 
-def tool_call(name: str = "get_weather", arguments: str = WEATHER_ARGS, call_id: str = "call_0") -> dict[str, Any]:
+def tool_call(
+    name: str = "get_weather", arguments: str = WEATHER_ARGS, call_id: str = "call_0"
+) -> dict[str, Any]:
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
@@ -271,9 +280,21 @@ def chat_chunks(
     if content:
         out.append(_chunk(model, {"content": content}))
     for i, (name, args) in enumerate(calls):
-        out.append(_chunk(model, {"tool_calls": [
-            {"index": i, "id": f"call_{i}", "type": "function", "function": {"name": name, "arguments": ""}}
-        ]}))
+        out.append(
+            _chunk(
+                model,
+                {
+                    "tool_calls": [
+                        {
+                            "index": i,
+                            "id": f"call_{i}",
+                            "type": "function",
+                            "function": {"name": name, "arguments": ""},
+                        }
+                    ]
+                },
+            )
+        )
         for j in range(0, len(args), fragment):
             fn: dict[str, Any] = {"arguments": args[j : j + fragment]}
             if repeat_name:
@@ -283,13 +304,26 @@ def chat_chunks(
         finish_reason = "tool_calls" if calls else "stop"
     out.append(_chunk(model, {}, finish_reason))
     if usage:
-        out.append({"id": "chatcmpl-fault", "object": "chat.completion.chunk", "created": 0, "model": model,
-                    "choices": [], "usage": {"prompt_tokens": 12, "completion_tokens": 9, "total_tokens": 21}})
+        out.append(
+            {
+                "id": "chatcmpl-fault",
+                "object": "chat.completion.chunk",
+                "created": 0,
+                "model": model,
+                "choices": [],
+                "usage": {"prompt_tokens": 12, "completion_tokens": 9, "total_tokens": 21},
+            }
+        )
     return out
 
 
-def fake_openai_routes(model: str = "fake", tool_args: str = WEATHER_ARGS) -> dict[tuple[str, str], Route]:
-    """Routes of a well-behaved server: /health, /v1/models, /v1/chat/completions (tools, stream)."""
+def answer_of(route: Route, req: Request) -> Answer:
+    """What `route` answers to `req` (for routes that wrap other routes)."""
+    return route(req) if callable(route) else route
+
+
+def fake_chat(model: str = "fake", tool_args: str = WEATHER_ARGS) -> Callable[[Request], Answer]:
+    """A well-behaved /v1/chat/completions: a get_weather call when tools are offered, else a greeting."""
 
     def chat(req: Request) -> Answer:
         body = req.json() or {}
@@ -302,8 +336,13 @@ def fake_openai_routes(model: str = "fake", tool_args: str = WEATHER_ARGS) -> di
             return Reply(json=chat_completion(model, None, tool_calls=[tool_call(arguments=tool_args)]))
         return Reply(json=chat_completion(model))
 
+    return chat
+
+
+def fake_openai_routes(model: str = "fake", tool_args: str = WEATHER_ARGS) -> dict[tuple[str, str], Route]:
+    """Routes of a well-behaved server: /health, /v1/models, /v1/chat/completions (tools, stream)."""
     return {
         ("GET", "/health"): Reply(status=200),
         ("GET", "/v1/models"): Reply(json=models_list(model)),
-        ("POST", "/v1/chat/completions"): chat,
+        ("POST", "/v1/chat/completions"): fake_chat(model, tool_args),
     }

@@ -36,7 +36,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default="0",
         help="NUMA nodes for all memory of CMD, like numactl: 0, 0,1, 0-3 (default: 0)",
     )
-    parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ARGS", help="the command to run")
+    # dest must not be "command": cli.py uses that name for the subcommand
+    parser.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS", help="the command to run")
 
 
 def exec_bound(nodes_spec: str, command: list[str]) -> None:
@@ -64,7 +65,7 @@ def exec_bound(nodes_spec: str, command: list[str]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    exec_bound(args.membind, list(args.command))
+    exec_bound(args.membind, list(args.cmd))
     return 1  # not reached: exec_bound replaces the process or raises
 
 

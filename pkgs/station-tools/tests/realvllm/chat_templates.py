@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (Jinja templates: their lines are the template text)
 """Chat templates (Jinja, as transformers and vLLM render them) for the two test models.
 
 Both render tools in the Hermes style: the model answers a tool call with

@@ -17,15 +17,16 @@ Proxy settings from the environment are ignored (`trust_env=False`): the station
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
 import socket
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -51,6 +52,22 @@ DEFAULT_CONNECT_TIMEOUT_S = 10.0
 _MASK = "***"
 
 Message = Mapping[str, Any]
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _scrubbed(fn: Callable[Concatenate[ApiClient, _P], _R]) -> Callable[Concatenate[ApiClient, _P], _R]:
+    """Every ApiError leaving `fn` has the API key and URL credentials removed from its message."""
+
+    @functools.wraps(fn)
+    def wrapper(self: ApiClient, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return fn(self, *args, **kwargs)
+        except ApiError as err:
+            self._scrub(err)
+            raise
+
+    return wrapper
 
 
 def split_base_url(url: str) -> tuple[str, str]:
@@ -170,6 +187,8 @@ class ApiClient:
         self.timeout = float(timeout)
         self.connect_timeout = float(connect_timeout)
         self._key = api_key or None
+        netloc = urlsplit(self.root_url).netloc
+        self._userinfo = netloc.rpartition("@")[0] + "@" if "@" in netloc else ""
         headers = {"Accept": "application/json", "User-Agent": "vllm-station"}
         if self._key:
             headers["Authorization"] = f"Bearer {self._key}"
@@ -191,6 +210,7 @@ class ApiClient:
 
     # ---- public calls -------------------------------------------------------------------------
 
+    @_scrubbed
     def health(self, *, timeout: float | None = None) -> float:
         """GET <root>/health; returns the latency in seconds, raises unless the status is 200."""
         t0 = time.perf_counter()
@@ -202,10 +222,12 @@ class ApiClient:
                 raise HttpStatusError(msg, url=op.url, status=err.status, body=err.body)
         return time.perf_counter() - t0
 
+    @_scrubbed
     def get_json(self, path: str, *, timeout: float | None = None) -> Any:
         """GET a path relative to the server root (e.g. "/version") and decode its JSON body."""
         return self._json("GET", path, None, timeout)[0]
 
+    @_scrubbed
     def models(self, *, timeout: float | None = None) -> list[ModelInfo]:
         """GET /v1/models: the served models, in the server's order."""
         obj, _ = self._json("GET", "/v1/models", None, timeout)
@@ -235,6 +257,7 @@ class ApiClient:
             )
         return out
 
+    @_scrubbed
     def chat(
         self,
         model: str,
@@ -306,6 +329,13 @@ class ApiClient:
         `data: [DONE]`; `ApiTimeout` when the whole stream takes longer than the timeout.
         """
         body = self._chat_body(model, messages, tools, tool_choice, max_tokens, temperature, seed, extra)
+        try:
+            yield from self._stream(body, timeout)
+        except ApiError as err:
+            self._scrub(err)
+            raise
+
+    def _stream(self, body: dict[str, Any], timeout: float | None) -> Iterator[ChatChunk]:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
         where = "POST /v1/chat/completions (stream)"
@@ -351,6 +381,7 @@ class ApiClient:
                     url=url,
                 )
 
+    @_scrubbed
     def completion(
         self,
         model: str,
@@ -379,8 +410,20 @@ class ApiClient:
 
     # ---- plumbing -----------------------------------------------------------------------------
 
+    def _scrub(self, err: ApiError) -> None:
+        err.args = tuple(self._redact(a) if isinstance(a, str) else a for a in err.args)
+        for attr in ("url", "body"):
+            value = getattr(err, attr, None)
+            if isinstance(value, str):
+                setattr(err, attr, self._redact(value))
+
     def _redact(self, text: str) -> str:
-        return text.replace(self._key, _MASK) if self._key else text
+        """`text` without the API key (masked) and without user:password@ of the URL."""
+        if self._userinfo:
+            text = text.replace(self._userinfo, "")
+        if self._key:
+            text = text.replace(self._key, _MASK)
+        return text
 
     def _url(self, path: str) -> str:
         return self.root_url + path

@@ -15,8 +15,8 @@ the host's loader path does not matter), otherwise ``ctypes.util.find_library("n
 
 Errors: ``numa_available()`` is called first (-1: the kernel has no NUMA support, or get_mempolicy is
 blocked); every -1 return of a system-call wrapper raises ``OSError(errno, strerror, context)`` with
-``ffi.errno`` read right after the call. The policy is set with libnuma's ``set_mempolicy`` wrapper rather than
-``numa_set_membind``, because the latter returns ``void`` and only prints its error.
+``ffi.errno`` read right after the call. The policy is set with libnuma's ``set_mempolicy`` wrapper rather
+than ``numa_set_membind``, because the latter returns ``void`` and only prints its error.
 
 Read-back: :func:`get_mempolicy` asks the kernel for the calling thread's policy; :func:`policy_of_pid` reads
 another process's policy from ``/proc/<pid>/numa_maps`` (the kernel prints the task policy for every mapping
@@ -125,9 +125,11 @@ def _candidates() -> tuple[list[str], str]:
 def _load() -> _Lib:
     """Open libnuma once; raise NumaUnavailable naming everything tried. Never called at import."""
     try:
-        import cffi
+        import cffi  # type: ignore[import-untyped]  # no stubs in the dev venv (types-cffi not a dependency)
     except ImportError as exc:  # pragma: no cover - cffi is a hard dependency
-        raise NumaUnavailable(f"the cffi module is missing ({exc}); install the package's dependencies") from exc
+        raise NumaUnavailable(
+            f"the cffi module is missing ({exc}); install the package's dependencies"
+        ) from exc
     ffi = cffi.FFI()
     ffi.cdef(_CDEF)
     names, origin = _candidates()
@@ -248,7 +250,9 @@ def _mask_for(h: _Lib, node_list: Iterable[int]) -> Any:
         _raise_errno(h.ffi, "numa_allocate_nodemask()")
     for n in node_list:
         if n >= int(mask.size):
-            raise OSError(22, os.strerror(22), f"NUMA node {n} is beyond this kernel's {int(mask.size)} possible")
+            raise OSError(
+                22, os.strerror(22), f"NUMA node {n} is beyond this kernel's {int(mask.size)} possible"
+            )
         h.lib.numa_bitmask_setbit(mask, n)
     return mask
 
@@ -261,7 +265,9 @@ def set_mempolicy_raw(mode: int, node_list: Iterable[int]) -> None:
     # the kernel drops the last bit of maxnode (libnuma passes size + 1 as well)
     rc = h.lib.set_mempolicy(mode, mask.maskp, mask.size + 1)
     if rc < 0:
-        _raise_errno(h.ffi, f"set_mempolicy({MODE_NAMES.get(mode, mode)}, nodes {format_nodes(wanted) or '-'})")
+        _raise_errno(
+            h.ffi, f"set_mempolicy({MODE_NAMES.get(mode, mode)}, nodes {format_nodes(wanted) or '-'})"
+        )
 
 
 def set_membind(node_list: Iterable[int]) -> MemPolicy:
@@ -286,7 +292,8 @@ def set_membind(node_list: Iterable[int]) -> MemPolicy:
     policy = get_mempolicy()
     if policy.mode != MPOL_BIND or policy.nodes != wanted:
         raise StationError(
-            f"set_mempolicy(bind, {format_nodes(wanted)}) succeeded but the kernel reports {policy.describe()}"
+            f"set_mempolicy(bind, {format_nodes(wanted)}) succeeded but the kernel reports "
+            f"{policy.describe()}"
         )
     return policy
 

@@ -289,7 +289,7 @@ def select(only: Sequence[str] | None, registry: Mapping[str, CheckSpec]) -> lis
                 f"unknown check {item!r}; known checks: {known}; groups: {', '.join(sorted(groups))}"
             )
         chosen.extend(m for m in matches if m not in chosen)
-    return chosen
+    return [spec for spec in registry.values() if spec in chosen]  # registration order
 
 
 def run_one(spec: CheckSpec, ctx: Context) -> CheckResult:

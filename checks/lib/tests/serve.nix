@@ -1,0 +1,606 @@
+# services.vllm-station.serve: defaults, the preset, overrides, rendering, every assertion.
+{ lib, h }:
+let
+  base = {
+    services.vllm-station.serve = {
+      enable = true;
+      model = lib.mkDefault "org/model";
+      image = lib.mkDefault h.image;
+    };
+  };
+  flash = {
+    services.vllm-station.serve = {
+      enable = true;
+      preset = "glm53-flash";
+      image = h.image;
+    };
+  };
+  with' = extra: [
+    base
+    { services.vllm-station.serve = extra; }
+  ];
+
+  sc = config: (h.unit config).serviceConfig;
+  start = config: h.argv (sc config).ExecStart;
+  # vLLM's arguments: whatever follows the image in the container command line.
+  afterImage =
+    config:
+    let
+      argv = start config;
+      idx = lib.lists.findFirstIndex (a: a == h.image) null argv;
+    in
+    if idx == null then [ "<image not in ExecStart>" ] else lib.drop (idx + 1) argv;
+  waitReady =
+    config:
+    h.argv (lib.removeSuffix " --api-key-file %d/api-key" (builtins.head (sc config).ExecStartPost));
+  prestart = config: h.argv (builtins.head (sc config).ExecStartPre);
+  flagValue =
+    flag: argv:
+    let
+      idx = lib.lists.findFirstIndex (a: a == flag) null argv;
+    in
+    if idx == null then null else builtins.elemAt argv (idx + 1);
+  envFlags =
+    config:
+    let
+      argv = start config;
+    in
+    lib.concatLists (
+      lib.imap0 (i: a: lib.optional (a == "--env" && i + 1 < lib.length argv) (builtins.elemAt argv (i + 1))) argv
+    );
+  preflightJson = config: builtins.fromJSON config.environment.etc."vllm-station/preflight.json".text;
+
+  flashArgs = [
+    "nvidia/GLM-5.3-Flash-NVFP4"
+    "--served-model-name"
+    "glm-5.3-flash"
+    "--host"
+    "127.0.0.1"
+    "--port"
+    "8888"
+    "--max-model-len"
+    "1048576"
+    "--max-num-seqs"
+    "256"
+    "--gpu-memory-utilization"
+    "0.94"
+    "--kv-cache-dtype"
+    "fp8"
+    "--enable-chunked-prefill"
+    "--enable-prefix-caching"
+    "--enable-auto-tool-choice"
+    "--tool-call-parser"
+    "glm47"
+    "--reasoning-parser"
+    "glm45"
+  ];
+in
+{
+  # ---- turning nothing on ----
+  import-enables-nothing = h.check [ ] (
+    config:
+    h.eq "units" (lib.attrNames config.systemd.services) [ ]
+    ++ h.eq "etc" (config.environment.etc or { }) { }
+    ++ h.eq "docker" (config.virtualisation.docker.enable or false) false
+  );
+
+  preset-does-not-enable = h.check [ { services.vllm-station.serve.preset = "glm53-flash"; } ] (
+    config:
+    h.eq "units" (config.systemd.services ? vllm-station) false
+    ++ h.eq "preset value still visible" config.services.vllm-station.serve.maxModelLen 1048576
+  );
+
+  # ---- defaults ----
+  defaults = h.check [ base ] (
+    config:
+    let
+      unit = h.unit config;
+      s = sc config;
+      argv = start config;
+    in
+    h.eq "vllmArgs" config.services.vllm-station.serve.vllmArgs [
+      "org/model"
+      "--host"
+      "127.0.0.1"
+      "--port"
+      "8000"
+    ]
+    ++ h.eq "ExecStart runtime" (lib.take 4 argv) [
+      "${h.fake.docker}/bin/docker"
+      "run"
+      "--name"
+      "vllm-station"
+    ]
+    ++ h.eq "container args end" (afterImage config) [
+      "org/model"
+      "--host"
+      "127.0.0.1"
+      "--port"
+      "8000"
+    ]
+    ++ h.lacks "ExecStart" argv "--rm"
+    ++ h.ok "no --restart flag in ExecStart: ${s.ExecStart}" (!lib.hasInfix "--restart" s.ExecStart)
+    ++ h.contains "ExecStart" argv "nvidia.com/gpu=all"
+    ++ h.contains "cache volume" argv "/var/cache/vllm-station:/var/cache/vllm-station"
+    ++ h.contains "state volume" argv "/var/lib/vllm-station:/var/lib/vllm-station:ro"
+    ++ h.lacks "ExecStart (no memlock without the host module)" argv "memlock=-1:-1"
+    ++ h.eq "Restart" s.Restart "always"
+    ++ h.eq "RestartSec" s.RestartSec 60
+    ++ h.eq "startLimitBurst (top level: renders under [Unit])" unit.startLimitBurst 3
+    ++ h.eq "startLimitIntervalSec" unit.startLimitIntervalSec 3600
+    ++ h.eq "no StartLimit* in serviceConfig" (lib.filter (lib.hasPrefix "StartLimit") (lib.attrNames s)) [ ]
+    ++ h.eq "TimeoutStartSec" s.TimeoutStartSec 900
+    ++ h.eq "Type" s.Type "exec"
+    ++ h.eq "one ExecStartPre" (lib.length s.ExecStartPre) 1
+    ++ h.ok "ExecStartPre is privileged (+)" (lib.hasPrefix "+" (builtins.head s.ExecStartPre))
+    ++ h.eq "prestart argv" (prestart config) [
+      "${h.fake.station}/bin/station"
+      "prestart"
+      "--gpu-node"
+      "1"
+      "--max-file-pages-gib"
+      "4"
+      "--settle-seconds"
+      "2"
+      "--runtime"
+      "docker"
+      "--container"
+      "vllm-station"
+      "--log-dir"
+      "/var/log/vllm-station"
+      "--keep-logs"
+      "20"
+    ]
+    ++ h.eq "wait-ready argv" (waitReady config) [
+      "${h.fake.station}/bin/station"
+      "wait-ready"
+      "--base-url"
+      "http://127.0.0.1:8000"
+      "--model"
+      "org/model"
+      "--timeout"
+      "840"
+    ]
+    ++ h.eq "ExecStop" (map h.argv s.ExecStop) [
+      [
+        "${h.fake.docker}/bin/docker"
+        "stop"
+        "-t"
+        "60"
+        "vllm-station"
+      ]
+    ]
+    ++ h.ok "ExecStop ignores failure (-)" (lib.hasPrefix "-" (builtins.head s.ExecStop))
+    ++ h.contains "engine-ready timeout follows startTimeout" (envFlags config) "VLLM_ENGINE_READY_TIMEOUT_S=900"
+    ++ h.contains "persistent compile cache" (envFlags config) "VLLM_CACHE_ROOT=/var/cache/vllm-station/vllm"
+    ++ h.contains "persistent HF cache" (envFlags config) "HF_HOME=/var/cache/vllm-station/huggingface"
+    ++ h.eq "directories" [
+      s.StateDirectory
+      s.CacheDirectory
+      s.LogsDirectory
+    ] [ "vllm-station" "vllm-station" "vllm-station" ]
+    ++ h.eq "DynamicUser (container backend runs the client as root)" (s.DynamicUser or false) false
+    ++ h.eq "PrivateUsers relaxed for the docker socket" s.PrivateUsers false
+    ++ h.eq "ProtectSystem" s.ProtectSystem "strict"
+    ++ h.eq "NoNewPrivileges" s.NoNewPrivileges true
+    ++ h.eq "CapabilityBoundingSet" s.CapabilityBoundingSet [ "" ]
+    ++ h.eq "no LoadCredential without apiKeyFile" (s ? LoadCredential) false
+    ++ h.eq "docker enabled" config.virtualisation.docker.enable true
+    ++ h.eq "CDI generator enabled" config.hardware.nvidia-container-toolkit.enable true
+    ++ h.eq "firewall untouched" (config.networking.firewall.allowedTCPPorts or [ ]) [ ]
+    ++ h.eq "warnings" config.warnings [ ]
+    ++ h.contains "after docker" unit.after "docker.service"
+    ++ h.contains "requires docker" unit.requires "docker.service"
+    ++ h.contains "station on PATH" config.environment.systemPackages h.fake.station
+  );
+
+  # ---- the preset ----
+  preset-flash-flags = h.check [ flash ] (
+    config:
+    h.eq "vLLM flags after the image" (afterImage config) flashArgs
+    ++ h.eq "vllmArgs" config.services.vllm-station.serve.vllmArgs flashArgs
+    ++ h.eq "wait-ready model" (flagValue "--model" (waitReady config)) "glm-5.3-flash"
+    ++ h.eq "wait-ready url" (flagValue "--base-url" (waitReady config)) "http://127.0.0.1:8888"
+  );
+
+  preset-overrides = h.check [
+    flash
+    {
+      services.vllm-station.serve = {
+        maxModelLen = 131072;
+        port = 9000;
+        enablePrefixCaching = false;
+        extraFlags = [
+          "--max-num-batched-tokens"
+          "16384"
+        ];
+      };
+    }
+  ] (
+    config:
+    let
+      args = afterImage config;
+    in
+    h.eq "overridden --max-model-len" (flagValue "--max-model-len" args) "131072"
+    ++ h.eq "overridden --port" (flagValue "--port" args) "9000"
+    ++ h.contains "prefix caching turned off" args "--no-enable-prefix-caching"
+    ++ h.lacks "prefix caching turned off" args "--enable-prefix-caching"
+    ++ h.eq "preset value kept" (flagValue "--tool-call-parser" args) "glm47"
+    ++ h.eq "extraFlags last" (lib.takeEnd 2 args) [
+      "--max-num-batched-tokens"
+      "16384"
+    ]
+  );
+
+  preset-unknown-name = h.throws [ { services.vllm-station.serve.preset = "no-such-preset"; } ];
+
+  # ---- rendering of typed options ----
+  bool-flags-false = h.check (with' {
+    enableChunkedPrefill = false;
+    enablePrefixCaching = false;
+  }) (
+    config:
+    h.contains "chunked prefill off" (afterImage config) "--no-enable-chunked-prefill"
+    ++ h.contains "prefix caching off" (afterImage config) "--no-enable-prefix-caching"
+  );
+
+  speculative-config-json = h.check (with' {
+    speculativeConfig = {
+      method = "mtp";
+      num_speculative_tokens = 4;
+    };
+  }) (config: h.eq "--speculative-config" (flagValue "--speculative-config" (afterImage config)) ''{"method":"mtp","num_speculative_tokens":4}'');
+
+  flag-escaping = h.check (with' {
+    extraFlags = [
+      "--chat-template-content-format"
+      "a b \"quoted\" 50% $HOME"
+    ];
+  }) (
+    config:
+    h.eq "round trip" (lib.last (start config)) "a b \"quoted\" 50% $HOME"
+    ++ h.ok "% and $ doubled for systemd" (lib.hasInfix "50%% $$HOME" (sc config).ExecStart)
+  );
+
+  headless-worker = h.check (with' {
+    headless = true;
+    tensorParallelSize = 2;
+    extraFlags = [
+      "--nnodes"
+      "2"
+      "--node-rank"
+      "1"
+    ];
+  }) (
+    config:
+    h.eq "worker args" (afterImage config) [
+      "org/model"
+      "--tensor-parallel-size"
+      "2"
+      "--headless"
+      "--nnodes"
+      "2"
+      "--node-rank"
+      "1"
+    ]
+    ++ h.eq "no readiness probe" (sc config).ExecStartPost [ ]
+    ++ h.eq "prestart still runs" (lib.length (sc config).ExecStartPre) 1
+  );
+
+  tensor-parallel-head = h.check (with' { tensorParallelSize = 2; }) (
+    config: h.eq "--tensor-parallel-size" (flagValue "--tensor-parallel-size" (afterImage config)) "2"
+  );
+
+  wildcard-host-probes-loopback = h.check (with' {
+    host = "0.0.0.0";
+    apiKeyFile = "/run/secrets/key";
+  }) (config: h.eq "probe" (flagValue "--base-url" (waitReady config)) "http://127.0.0.1:8000");
+
+  ipv6-host-probe = h.check (with' {
+    host = "::";
+    apiKeyFile = "/run/secrets/key";
+  }) (config: h.eq "probe" (flagValue "--base-url" (waitReady config)) "http://[::1]:8000");
+
+  open-host-without-key-warns = h.check (with' { host = "0.0.0.0"; }) (
+    config:
+    h.eq "one warning" (lib.length config.warnings) 1
+    ++ h.ok "warning names the option path" (lib.hasPrefix "services.vllm-station.serve:" (builtins.head config.warnings))
+  );
+
+  api-key-file = h.check (with' { apiKeyFile = "/run/secrets/vllm-api-key"; }) (
+    config:
+    let
+      s = sc config;
+      argv = start config;
+    in
+    h.eq "LoadCredential" s.LoadCredential [ "api-key:/run/secrets/vllm-api-key" ]
+    ++ h.eq "wrapper first" (builtins.head argv) "/nix/store/00000000000000000000000000000000-vllm-station-api-key"
+    ++ h.contains "key forwarded by name only" argv "VLLM_API_KEY"
+    ++ h.ok "key file path not in ExecStart" (!lib.hasInfix "/run/secrets" s.ExecStart)
+    ++ h.ok "wait-ready reads the credential" (lib.hasSuffix " --api-key-file %d/api-key" (builtins.head s.ExecStartPost))
+  );
+
+  environment-and-file = h.check (with' {
+    environment = {
+      NCCL_DEBUG = "INFO";
+      HF_HOME = "/srv/hf";
+    };
+    environmentFile = "/run/secrets/vllm.env";
+  }) (
+    config:
+    h.contains "environment passed" (envFlags config) "NCCL_DEBUG=INFO"
+    ++ h.contains "environment overrides cache defaults" (envFlags config) "HF_HOME=/srv/hf"
+    ++ h.lacks "default replaced" (envFlags config) "HF_HOME=/var/cache/vllm-station/huggingface"
+    ++ h.eq "--env-file" (flagValue "--env-file" (start config)) "/run/secrets/vllm.env"
+  );
+
+  local-model-mounted = h.check (with' { model = "/data/models/glm"; }) (
+    config:
+    h.contains "model volume" (start config) "/data/models/glm:/data/models/glm:ro"
+    ++ h.eq "preflight modelDir" (preflightJson config).modelDir "/data/models/glm"
+  );
+
+  start-timeout = h.check (with' { startTimeout = 1800; }) (
+    config:
+    h.eq "TimeoutStartSec" (sc config).TimeoutStartSec 1800
+    ++ h.eq "wait-ready --timeout" (flagValue "--timeout" (waitReady config)) "1740"
+    ++ h.contains "engine timeout" (envFlags config) "VLLM_ENGINE_READY_TIMEOUT_S=1800"
+  );
+
+  start-timeout-too-short = h.throws (with' { startTimeout = 30; });
+
+  gpu-memory-utilization-range = h.throws (with' { gpuMemoryUtilization = 1.5; });
+
+  open-firewall = h.check (with' {
+    host = "0.0.0.0";
+    openFirewall = true;
+    apiKeyFile = "/run/secrets/key";
+  }) (config: h.eq "allowedTCPPorts" config.networking.firewall.allowedTCPPorts [ 8000 ]);
+
+  prestart-options = h.check (with' {
+    prestart = {
+      gpuNode = 2;
+      maxFilePagesGiB = 8;
+      settleSeconds = 5;
+      keepLogs = 3;
+      dropCaches = false;
+    };
+  }) (
+    config:
+    let
+      argv = prestart config;
+    in
+    h.eq "--gpu-node" (flagValue "--gpu-node" argv) "2"
+    ++ h.eq "--max-file-pages-gib" (flagValue "--max-file-pages-gib" argv) "8"
+    ++ h.eq "--settle-seconds" (flagValue "--settle-seconds" argv) "5"
+    ++ h.eq "--keep-logs" (flagValue "--keep-logs" argv) "3"
+    ++ h.contains "--no-drop" argv "--no-drop"
+  );
+
+  preflight-gate = h.check [
+    flash
+    {
+      services.vllm-station.serve.preflight = {
+        enable = true;
+        only = [
+          "filepages"
+          "gpu"
+        ];
+      };
+    }
+  ] (
+    config:
+    let
+      pre = (sc config).ExecStartPre;
+      json = preflightJson config;
+    in
+    h.eq "two ExecStartPre" (lib.length pre) 2
+    ++ h.ok "preflight privileged" (lib.hasPrefix "+" (lib.last pre))
+    ++ h.eq "preflight argv" (h.argv (lib.last pre)) [
+      "${h.fake.station}/bin/station"
+      "preflight"
+      "--config"
+      "/etc/vllm-station/preflight.json"
+      "--only"
+      "filepages,gpu"
+    ]
+    ++ h.eq "preflight.json" json {
+      host = "127.0.0.1";
+      port = 8888;
+      model = "nvidia/GLM-5.3-Flash-NVFP4";
+      modelDir = null;
+      revision = null;
+      gpuNode = 1;
+      maxFilePagesGiB = 4;
+      gpuMemoryUtilization = 0.94;
+      maxModelLen = 1048576;
+      maxNumSeqs = 256;
+      kvCacheDtype = "fp8";
+      runtime = "docker";
+      image = h.image;
+      paths = {
+        state = "/var/lib/vllm-station";
+        cache = "/var/cache/vllm-station";
+        logs = "/var/log/vllm-station";
+      };
+      pair = null;
+    }
+  );
+
+  preflight-json-written-without-gate = h.check [ flash ] (
+    config:
+    h.eq "one ExecStartPre" (lib.length (sc config).ExecStartPre) 1
+    ++ h.eq "json model" (preflightJson config).model "nvidia/GLM-5.3-Flash-NVFP4"
+  );
+
+  preflight-settings-extensible = h.check [
+    base
+    {
+      services.vllm-station.serve.preflight.settings = {
+        pair = {
+          role = "head";
+          rank = 0;
+        };
+        revision = "0123456789abcdef0123456789abcdef01234567";
+      };
+    }
+  ] (
+    config:
+    h.eq "pair" (preflightJson config).pair {
+      role = "head";
+      rank = 0;
+    }
+    ++ h.eq "revision" (preflightJson config).revision "0123456789abcdef0123456789abcdef01234567"
+  );
+
+  native-backend = h.check (with' { backend = "native"; }) (
+    config:
+    let
+      s = sc config;
+      unit = h.unit config;
+    in
+    h.eq "ExecStart" (start config) [
+      "${h.fake.vllm}/bin/vllm"
+      "serve"
+      "org/model"
+      "--host"
+      "127.0.0.1"
+      "--port"
+      "8000"
+    ]
+    ++ h.eq "DynamicUser" s.DynamicUser true
+    ++ h.eq "prestart --runtime" (flagValue "--runtime" (prestart config)) "none"
+    ++ h.eq "no ExecStop" s.ExecStop [ ]
+    ++ h.eq "MemoryDenyWriteExecute relaxed (JIT)" s.MemoryDenyWriteExecute false
+    ++ h.eq "PrivateDevices relaxed (GPUs)" s.PrivateDevices false
+    ++ h.eq "DevicePolicy" s.DevicePolicy "closed"
+    ++ h.contains "DeviceAllow" s.DeviceAllow "char-nvidia-uvm"
+    ++ h.eq "HF_HOME" unit.environment.HF_HOME "/var/cache/vllm-station/huggingface"
+    ++ h.eq "engine timeout" unit.environment.VLLM_ENGINE_READY_TIMEOUT_S "900"
+    ++ h.eq "no container runtime" (config.virtualisation.docker.enable or false) false
+    ++ h.eq "no CDI" (config.hardware.nvidia-container-toolkit.enable or false) false
+  );
+
+  native-environment-file = h.check (with' {
+    backend = "native";
+    environmentFile = "/run/secrets/vllm.env";
+  }) (config: h.eq "EnvironmentFile" (sc config).EnvironmentFile [ "/run/secrets/vllm.env" ]);
+
+  podman-runtime = h.check (with' { runtime = "podman"; }) (
+    config:
+    let
+      s = sc config;
+    in
+    h.eq "runtime" (builtins.head (start config)) "${h.fake.podman}/bin/podman"
+    ++ h.contains "conmon stays in the unit" (start config) "--cgroups=no-conmon"
+    ++ h.eq "podman enabled" config.virtualisation.podman.enable true
+    ++ h.eq "docker not enabled" (config.virtualisation.docker.enable or false) false
+    ++ h.eq "prestart --runtime" (flagValue "--runtime" (prestart config)) "podman"
+    ++ h.eq "no inherited syscall filter" s.SystemCallFilter [ ]
+    ++ h.eq "no docker dependency" ((h.unit config).requires or [ ]) [ ]
+  );
+
+  # ---- assertions: each fails with its message ----
+  assert-model-missing = h.assertionFails [
+    {
+      services.vllm-station.serve = {
+        enable = true;
+        image = h.image;
+      };
+    }
+  ] "services.vllm-station.serve: set `model`";
+
+  assert-image-missing = h.assertionFails [
+    {
+      services.vllm-station.serve = {
+        enable = true;
+        model = "org/model";
+      };
+    }
+  ] "needs `image`, pinned by digest";
+
+  assert-image-tag = h.assertionFails (with' { image = "vllm/vllm-openai:v0.11.0"; }) "`image` must be pinned by digest";
+
+  assert-image-short-digest = h.assertionFails (with' {
+    image = "vllm/vllm-openai@sha256:abc123";
+  }) "`image` must be pinned by digest";
+
+  image-not-needed-native = h.check [
+    {
+      services.vllm-station.serve = {
+        enable = true;
+        model = "org/model";
+        backend = "native";
+      };
+    }
+  ] (config: h.eq "no image in unit" ((h.unit config).serviceConfig.ExecStop) [ ]);
+
+  assert-numa-cpuset-mems = h.assertionFails (with' {
+    containerOptions = [ "--cpuset-mems=0" ];
+  }) "must not be bound to NUMA memory nodes (found: --cpuset-mems=0)";
+
+  assert-numa-cpuset-mems-split = h.assertionFails (with' {
+    containerOptions = [
+      "--cpuset-mems"
+      "0"
+    ];
+  }) "CUDA fail with error 802";
+
+  assert-numa-numactl = h.assertionFails (with' {
+    containerCommand = [
+      "numactl"
+      "--membind=0"
+      "vllm"
+      "serve"
+    ];
+  }) "found: numactl, --membind=0";
+
+  assert-numa-unit-policy = h.assertionFails [
+    base
+    {
+      systemd.services.vllm-station.serviceConfig = {
+        NUMAPolicy = "bind";
+        NUMAMask = "0";
+      };
+    }
+  ] "found: serviceConfig.NUMAPolicy, serviceConfig.NUMAMask";
+
+  assert-auto-tool-choice-needs-parser = h.assertionFails (with' {
+    enableAutoToolChoice = true;
+  }) "`enableAutoToolChoice` needs `toolCallParser`";
+
+  assert-extra-flags-repeat-typed = h.assertionFails (with' {
+    extraFlags = [
+      "--max-model-len=4096"
+      "--port"
+      "1"
+    ];
+  }) "--max-model-len (set `maxModelLen`), --port (set `port`)";
+
+  assert-extra-flags-api-key = h.assertionFails (with' {
+    extraFlags = [
+      "--api-key"
+      "sk-secret"
+    ];
+  }) "--api-key (set `apiKeyFile";
+
+  assert-api-key-in-store = h.assertionFails (with' {
+    apiKeyFile = "/nix/store/00000000000000000000000000000000-key";
+  }) "`apiKeyFile` must be an absolute path outside the Nix store";
+
+  assert-api-key-relative = h.assertionFails (with' { apiKeyFile = "secrets/key"; }) "`apiKeyFile` must be an absolute path";
+
+  assert-environment-file-in-store = h.assertionFails (with' {
+    environmentFile = "/nix/store/00000000000000000000000000000000-env";
+  }) "`environmentFile` must be an absolute path outside the Nix store";
+
+  assert-headless-open-firewall = h.assertionFails (with' {
+    headless = true;
+    openFirewall = true;
+  }) "a headless worker serves no API; set `openFirewall = false`";
+
+  assert-headless-api-key = h.assertionFails (with' {
+    headless = true;
+    apiKeyFile = "/run/secrets/key";
+  }) "`apiKeyFile` belongs on the head station";
+}

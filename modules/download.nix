@@ -1,0 +1,493 @@
+# services.vllm-station.download: one oneshot unit per model that fetches a pinned revision with
+# `station download` bound to NUMA node 0 (systemd's own NUMAPolicy, so the page cache of a 464 GB
+# download never lands in the GPU's HBM on node 1), then verifies it and writes
+# `<dir>/.station-verified.json`. The serving unit refuses to start on a local model without that stamp.
+#
+# Checkpoints live under /var/lib/vllm-station-models, not in the serving unit's StateDirectory
+# (/var/lib/vllm-station): systemd chowns a StateDirectory to its unit's user, recursively when the
+# owner changes (the native backend runs under a DynamicUser), and two units with different users
+# would hand 464 GB back and forth. The serving module mounts a model path outside its state
+# directory read-only into the container.
+{
+  config,
+  lib,
+  pkgs,
+  utils,
+  ...
+}:
+let
+  inherit (lib)
+    mkOption
+    mkEnableOption
+    mkIf
+    mkBefore
+    types
+    literalExpression
+    ;
+
+  top = config.services.vllm-station;
+  cfg = top.download;
+  serve = top.serve or { };
+
+  stampName = ".station-verified.json";
+  modelsRoot = "/var/lib/vllm-station-models";
+  cacheRoot = "/var/cache/vllm-station-download";
+  stampOf = dir: "${dir}/${stampName}";
+  unitName = name: "vllm-station-download-${name}";
+
+  enabledModels = lib.filterAttrs (_: m: m.enable) cfg.models;
+  expectationsFor = repo: key: (cfg.expectations.${repo} or { }).${key} or null;
+
+  expectationModule = {
+    options = {
+      arch = mkOption {
+        type = types.nullOr types.str;
+        default = null;
+        description = "An entry `config.json`'s `architectures` must contain.";
+      };
+      quantAlgo = mkOption {
+        type = types.nullOr types.str;
+        default = null;
+        description = "The expected `quantization_config.quant_algo`.";
+      };
+      shards = mkOption {
+        type = types.nullOr types.ints.positive;
+        default = null;
+        description = "The expected number of safetensors shards.";
+      };
+    };
+  };
+
+  modelModule =
+    { name, config, ... }:
+    {
+      options = {
+        enable = mkOption {
+          type = types.bool;
+          default = true;
+          description = "Whether to render the unit `vllm-station-download-${name}` for this model.";
+        };
+
+        model = mkOption {
+          type = types.str;
+          example = "nvidia/GLM-5.3-NVFP4";
+          description = "Hugging Face repository id to download.";
+        };
+
+        revision = mkOption {
+          type = types.str;
+          example = "0123456789abcdef0123456789abcdef01234567";
+          description = ''
+            The revision to fetch: a 40-hex commit id. A branch or tag moves under you and is refused
+            unless {option}`allowBranch` is set.
+          '';
+        };
+
+        allowBranch = mkOption {
+          type = types.bool;
+          default = false;
+          description = "Accept a moving {option}`revision` (branch or tag); passes `--allow-branch`.";
+        };
+
+        dir = mkOption {
+          type = types.str;
+          default = "${modelsRoot}/${name}";
+          defaultText = literalExpression ''"/var/lib/vllm-station-models/''${name}"'';
+          description = ''
+            Directory the checkpoint is written to and verified in; the verification stamp is
+            `<dir>/${stampName}`. Point {option}`services.vllm-station.serve.model` here to serve it.
+          '';
+        };
+
+        include = mkOption {
+          type = types.listOf types.str;
+          default = [ ];
+          example = [
+            "*.safetensors"
+            "*.json"
+          ];
+          description = "Glob patterns passed as `--include`; empty downloads the whole repository.";
+        };
+
+        tokenFile = mkOption {
+          type = types.nullOr types.path;
+          default = null;
+          example = "/run/secrets/hf-token";
+          description = ''
+            File holding a Hugging Face token (gated repositories). It is handed to the unit with
+            systemd's `LoadCredential=`, so it may stay readable by root only and never enters the
+            Nix store.
+          '';
+        };
+
+        verifyOnly = mkOption {
+          type = types.bool;
+          default = false;
+          description = ''
+            Do not download: only run `station verify` on {option}`dir` (a copy synced from the other
+            station, e.g. with rsync under `station numa-exec --membind 0`). Writes the same stamp.
+          '';
+        };
+
+        expectArch = mkOption {
+          type = types.nullOr types.str;
+          default = expectationsFor config.model "arch";
+          defaultText = literalExpression ''config.services.vllm-station.download.expectations.''${model}.arch or null'';
+          example = "GlmMoeDsaForCausalLM";
+          description = "Expected `architectures` entry of config.json (`--expect-arch`). Presets carry it.";
+        };
+
+        expectQuantAlgo = mkOption {
+          type = types.nullOr types.str;
+          default = expectationsFor config.model "quantAlgo";
+          defaultText = literalExpression ''config.services.vllm-station.download.expectations.''${model}.quantAlgo or null'';
+          example = "MIXED_PRECISION";
+          description = "Expected `quantization_config.quant_algo` (`--expect-quant-algo`).";
+        };
+
+        expectShards = mkOption {
+          type = types.nullOr types.ints.positive;
+          default = expectationsFor config.model "shards";
+          defaultText = literalExpression ''config.services.vllm-station.download.expectations.''${model}.shards or null'';
+          example = 50;
+          description = "Expected number of safetensors shards (`--expect-shards`).";
+        };
+
+        sha256 = mkOption {
+          type = types.bool;
+          default = false;
+          description = ''
+            Hash every file against the hub's LFS sha256 (`--sha256`); streams the whole checkpoint
+            at disk speed (still bound to {option}`numaNodes`). Without it only headers are read.
+          '';
+        };
+
+        numaNodes = mkOption {
+          type = types.nonEmptyListOf types.ints.unsigned;
+          default = cfg.numaNodes;
+          defaultText = literalExpression "config.services.vllm-station.download.numaNodes";
+          description = "NUMA nodes this unit's memory (and so its page cache) is bound to.";
+        };
+
+        skipIfVerified = mkOption {
+          type = types.bool;
+          default = true;
+          description = ''
+            Skip the unit (`ConditionPathExists=!<dir>/${stampName}`) once the checkpoint carries a
+            stamp. Delete the stamp (or run `station verify` by hand) to force a new pass.
+          '';
+        };
+
+        environment = mkOption {
+          type = types.attrsOf types.str;
+          default = { };
+          example = {
+            HF_HUB_ENABLE_HF_TRANSFER = "1";
+          };
+          description = "Extra environment for the download (e.g. `HF_ENDPOINT` for a mirror).";
+        };
+      };
+    };
+
+  # argv of the unit's one ExecStart; the verification (and the stamp) is the last step of both commands.
+  commandFor =
+    m:
+    let
+      expectations =
+        lib.optionals (m.expectArch != null) [
+          "--expect-arch"
+          m.expectArch
+        ]
+        ++ lib.optionals (m.expectQuantAlgo != null) [
+          "--expect-quant-algo"
+          m.expectQuantAlgo
+        ]
+        ++ lib.optionals (m.expectShards != null) [
+          "--expect-shards"
+          (toString m.expectShards)
+        ]
+        ++ lib.optional m.sha256 "--sha256";
+    in
+    if m.verifyOnly then
+      [
+        station
+        "verify"
+        m.dir
+      ]
+      ++ expectations
+    else
+      [
+        station
+        "download"
+        m.model
+        "--revision"
+        m.revision
+        "--dir"
+        m.dir
+        # The tool binds itself too (before any I/O); same nodes as the unit's NUMAMask.
+        "--membind"
+        (nodeList m)
+      ]
+      ++ lib.concatMap (g: [
+        "--include"
+        g
+      ]) m.include
+      ++ lib.optional m.allowBranch "--allow-branch"
+      ++ expectations;
+
+  nodeList = m: lib.concatMapStringsSep "," toString m.numaNodes;
+
+  station = lib.getExe' top.package "station";
+
+  # `%d` is systemd's credentials directory; appended unescaped on purpose (escaping would turn it into `%%d`).
+  execStartFor =
+    m:
+    utils.escapeSystemdExecArgs (commandFor m)
+    + lib.optionalString (m.tokenFile != null && !m.verifyOnly) " --token-file %d/hf-token";
+
+  unitFor = name: m: {
+    description = "vllm-station: ${if m.verifyOnly then "verify" else "download and verify"} ${m.model} (${name})";
+    documentation = [ "https://github.com/vllm-station/vllm-station/blob/main/docs/download.md" ];
+    wants = lib.optional (!m.verifyOnly) "network-online.target";
+    after = lib.optional (!m.verifyOnly) "network-online.target";
+    # Bounded retries: a flaky link gets `retries` tries an hour, then the unit stays failed.
+    startLimitBurst = cfg.retries;
+    startLimitIntervalSec = 3600;
+    unitConfig = lib.optionalAttrs m.skipIfVerified { ConditionPathExists = "!${stampOf m.dir}"; };
+    environment = {
+      HF_HOME = "${cacheRoot}/huggingface";
+      HF_HUB_DISABLE_TELEMETRY = "1";
+    }
+    // m.environment;
+    serviceConfig = {
+      Type = "oneshot";
+      RemainAfterExit = true;
+      ExecStart = execStartFor m;
+      Restart = "on-failure";
+      RestartSec = cfg.restartSec;
+      TimeoutStartSec = cfg.timeoutStartSec;
+      User = cfg.user;
+      Group = cfg.group;
+      UMask = "0022"; # the serving container (another uid) reads the checkpoint
+      CacheDirectory = "vllm-station-download"; # its own: see the header on shared directories
+      ReadWritePaths = [ m.dir ];
+      LoadCredential = lib.optional (m.tokenFile != null && !m.verifyOnly) "hf-token:${m.tokenFile}";
+
+      # systemd binds the process before exec, so every page it touches (page cache included) is
+      # allocated on these nodes: node 0's LPDDR on a GB300, never node 1's HBM.
+      NUMAPolicy = "bind";
+      NUMAMask = nodeList m;
+
+      # No GPU access at all: no DeviceAllow for nvidia*, a private /dev without them.
+      DevicePolicy = "closed";
+      PrivateDevices = true;
+
+      # Hardening (network is the point of this unit; nothing else is needed).
+      CapabilityBoundingSet = [ "" ];
+      NoNewPrivileges = true;
+      ProtectSystem = "strict";
+      ProtectHome = true;
+      PrivateTmp = true;
+      ProtectHostname = true;
+      ProtectClock = true;
+      ProtectKernelTunables = true;
+      ProtectKernelModules = true;
+      ProtectKernelLogs = true;
+      ProtectControlGroups = true;
+      ProtectProc = "invisible";
+      RestrictAddressFamilies = [
+        "AF_INET"
+        "AF_INET6"
+        "AF_UNIX"
+      ];
+      RestrictNamespaces = true;
+      RestrictRealtime = true;
+      RestrictSUIDSGID = true;
+      LockPersonality = true;
+      SystemCallArchitectures = "native";
+      SystemCallFilter = [
+        "@system-service"
+        "~@privileged"
+      ];
+      # set_mempolicy/mbind (the tool's own `--membind`) are in @resources, part of @system-service.
+      SystemCallErrorNumber = "EPERM";
+    };
+  };
+
+  # The serving unit's model, if it is a local directory. Read defensively: `serve` may not be imported.
+  servedModel = if serve ? model then serve.model else null;
+  servesLocalModel = (serve.enable or false) && servedModel != null && lib.hasPrefix "/" servedModel;
+  matchingDownloads = lib.filterAttrs (_: m: m.dir == servedModel) enabledModels;
+
+  # ExecStartPre of the serving unit: refuse a local checkpoint that was never verified, or one whose
+  # stamp names another revision than the download unit declares. Runs before any other pre-start step.
+  # Revisions the serving unit's checkpoint must carry (verify-only entries declare one too).
+  servedRevisions = lib.unique (
+    lib.filter (r: r != null) (lib.mapAttrsToList (_: m: m.revision) matchingDownloads)
+  );
+  stampCheck =
+    let
+      expectedRevisions = servedRevisions;
+      units = lib.concatMapStringsSep " " (n: "${unitName n}.service") (lib.attrNames matchingDownloads);
+      fix =
+        if matchingDownloads != { } then
+          "start ${units} (it downloads and verifies), or run: station verify ${servedModel}"
+        else
+          "run: station verify ${servedModel} (or declare services.vllm-station.download.models.<name>.dir = \"${servedModel}\")";
+    in
+    pkgs.writeShellScript "vllm-station-require-stamp" ''
+      set -u
+      stamp=${lib.escapeShellArg (stampOf servedModel)}
+      if [ ! -f "$stamp" ]; then
+        echo "vllm-station: refusing to start: the checkpoint in ${servedModel} is not verified ($stamp missing); "${lib.escapeShellArg fix} >&2
+        exit 1
+      fi
+      ${lib.optionalString (lib.length expectedRevisions == 1) ''
+        want=${lib.escapeShellArg (lib.head expectedRevisions)}
+        have=$(${lib.getExe pkgs.jq} -r '.revision // ""' "$stamp" 2>/dev/null || true)
+        if [ -n "$have" ] && [ "$have" != "$want" ]; then
+          echo "vllm-station: refusing to start: $stamp records revision $have, the configuration declares $want; "${lib.escapeShellArg fix} >&2
+          exit 1
+        fi
+      ''}
+      echo "vllm-station: checkpoint ${servedModel} verified ($stamp)" >&2
+    '';
+in
+{
+  options.services.vllm-station.download = {
+    enable = mkEnableOption "the vllm-station checkpoint download and verification units (one per entry of `models`)";
+
+    models = mkOption {
+      type = types.attrsOf (types.submodule modelModule);
+      default = { };
+      example = literalExpression ''
+        {
+          glm53 = {
+            model = "nvidia/GLM-5.3-NVFP4";
+            revision = "0123456789abcdef0123456789abcdef01234567";
+            expectArch = "GlmMoeDsaForCausalLM";
+            expectQuantAlgo = "MIXED_PRECISION";
+            expectShards = 50;
+            tokenFile = "/run/secrets/hf-token";
+          };
+        }
+      '';
+      description = ''
+        Checkpoints to download (or, with `verifyOnly`, only verify). Each entry renders a oneshot
+        unit `vllm-station-download-<name>` bound to {option}`numaNodes` with no GPU access.
+      '';
+    };
+
+    expectations = mkOption {
+      type = types.attrsOf (types.submodule expectationModule);
+      default = { };
+      example = literalExpression ''
+        {
+          "nvidia/GLM-5.3-NVFP4" = {
+            arch = "GlmMoeDsaForCausalLM";
+            quantAlgo = "MIXED_PRECISION";
+            shards = 50;
+          };
+        }
+      '';
+      description = ''
+        What `station verify` expects of a repository's checkpoint, keyed by repository id. Presets
+        set these (data, not code); every entry of {option}`models` for that repository takes them
+        as the defaults of its `expectArch`, `expectQuantAlgo` and `expectShards`.
+      '';
+    };
+
+    numaNodes = mkOption {
+      type = types.nonEmptyListOf types.ints.unsigned;
+      default = [ 0 ];
+      description = ''
+        Default NUMA nodes for the downloads (`NUMAPolicy=bind`, `NUMAMask=`). Node 0 is the CPU's
+        LPDDR on a GB300; node 1 is the GPU's HBM and must stay free of page cache.
+      '';
+    };
+
+    retries = mkOption {
+      type = types.ints.positive;
+      default = 3;
+      description = "Start attempts per hour (`StartLimitBurst=`, interval 3600 s) before the unit stays failed.";
+    };
+
+    restartSec = mkOption {
+      type = types.ints.unsigned;
+      default = 60;
+      description = "Seconds between a failed attempt and the next (`RestartSec=`).";
+    };
+
+    timeoutStartSec = mkOption {
+      type = types.str;
+      default = "24h";
+      description = "Bound on one attempt (`TimeoutStartSec=`); 464 GB at 1 Gbit/s takes about 1 h 05 min.";
+    };
+
+    user = mkOption {
+      type = types.str;
+      default = "vllm-station";
+      description = "User that owns the downloaded checkpoints (created when it is `vllm-station`).";
+    };
+
+    group = mkOption {
+      type = types.str;
+      default = "vllm-station";
+      description = "Group of {option}`user` (created when it is `vllm-station`).";
+    };
+  };
+
+  config = lib.mkMerge [
+    (mkIf cfg.enable {
+      assertions =
+        lib.mapAttrsToList (name: m: {
+          assertion = m.verifyOnly || m.allowBranch || builtins.match "[0-9a-f]{40}" m.revision != null;
+          message = "services.vllm-station.download.models.${name}.revision: \"${m.revision}\" is not a 40-hex commit id; pin a commit or set allowBranch = true.";
+        }) enabledModels
+        ++ lib.mapAttrsToList (name: m: {
+          assertion = lib.hasPrefix "/" m.dir;
+          message = "services.vllm-station.download.models.${name}.dir: \"${m.dir}\" must be an absolute path.";
+        }) enabledModels
+        ;
+
+      warnings = lib.concatLists (
+        lib.mapAttrsToList (
+          name: m:
+          lib.optional (lib.elem 1 m.numaNodes)
+            "services.vllm-station.download.models.${name}.numaNodes includes node 1: on a GB300 that is the GPU's HBM, and the download's page cache would fill it; use [ 0 ]."
+        ) enabledModels
+      );
+
+      systemd.services = lib.mapAttrs' (
+        name: m: lib.nameValuePair (unitName name) (unitFor name m)
+      ) enabledModels;
+
+      # The checkpoint directories must exist (owned by the download user, readable by the serving
+      # unit) before the sandbox mounts them writable.
+      systemd.tmpfiles.rules = lib.mapAttrsToList (
+        _: m: "d ${m.dir} 0755 ${cfg.user} ${cfg.group} - -"
+      ) enabledModels;
+
+      users.users = mkIf (cfg.user == "vllm-station") {
+        vllm-station = {
+          isSystemUser = true;
+          group = cfg.group;
+        };
+      };
+      users.groups = mkIf (cfg.group == "vllm-station") { vllm-station = { }; };
+    })
+
+    # The serving unit requires the stamp when its model is a local directory.
+    (mkIf servesLocalModel {
+      systemd.services.vllm-station = {
+        wants = lib.mapAttrsToList (n: _: "${unitName n}.service") matchingDownloads;
+        after = lib.mapAttrsToList (n: _: "${unitName n}.service") matchingDownloads;
+        serviceConfig.ExecStartPre = mkBefore [ "${stampCheck}" ];
+      };
+      # `station preflight` compares the stamp's revision with this one (and the peer's, in a pair).
+      services.vllm-station.serve.preflight.settings = lib.optionalAttrs (lib.length servedRevisions == 1) {
+        revision = lib.head servedRevisions;
+      };
+    })
+  ];
+}

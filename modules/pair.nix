@@ -1,0 +1,458 @@
+# services.vllm-station.pair: two stations serve one model with tensor parallelism (TP=2) over a
+# RoCE rail. Station A (role "head", rank 0) serves the API; station B (role "worker", rank 1) runs
+# `vllm serve --headless`. This module only adds to the serving module (services.vllm-station.serve):
+# flags, environment, the unit's ordering and limits, the firewall and a small beacon unit.
+#
+# Who listens, and so how the stations are ordered (vLLM multiprocessing executor, `--nnodes 2`):
+# - The HEAD listens: rank 0 hosts the torch.distributed TCP store on `--master-addr:--master-port`,
+#   and the worker's headless process dials it (retrying until its own timeout). NCCL's bootstrap,
+#   Gloo and vLLM's ZeroMQ message queues then open further listeners on BOTH stations, on
+#   kernel-chosen ephemeral ports of the rail address (VLLM_HOST_IP) — hence the port range below.
+# - So the worker has nothing of vLLM's to probe before the head exists. Each station therefore runs
+#   `vllm-station-pair-beacon`: a read-only HTTP server on its rail address that is up exactly while
+#   the local `vllm-station` unit is active (BindsTo= + After=). It serves `/ready` (role, rank,
+#   address) and `/stamp` (the local checkpoint's `.station-verified.json`, for the peer's preflight
+#   revision comparison: `pair.peerStampUrl` in the preflight config).
+# - Start order: worker first. The head's ExecStartPre polls http://WORKER:beaconPort/ready for at most
+#   `workerWaitSeconds` and fails with a message naming the worker's address if it never answers.
+# - Stop order: head first. The worker's beacon is ordered after `vllm-station` and bound to it, so
+#   stopping the worker's serving unit stops the beacon first; its ExecStop waits (at most
+#   `headStopWaitSeconds`) until the head's master port stops answering, then lets the worker go.
+# RDMA traffic itself (RoCE v2, UDP 4791) is handled by the NIC and never passes netfilter; only the
+# TCP rendezvous/bootstrap ports need the firewall rules, and they are opened to the peer's rail
+# address on the rail interface only.
+{
+  config,
+  lib,
+  pkgs,
+  ...
+}:
+let
+  inherit (lib)
+    mkOption
+    mkEnableOption
+    mkIf
+    mkBefore
+    mkDefault
+    types
+    literalExpression
+    ;
+
+  top = config.services.vllm-station;
+  cfg = top.pair;
+  serve = top.serve;
+
+  isHead = cfg.role == "head";
+  expectedRank = if isHead then 0 else 1;
+  stations = 2;
+
+  selfAddress = if isHead then cfg.headAddress else cfg.workerAddress;
+  peerAddress = if isHead then cfg.workerAddress else cfg.headAddress;
+  isIPv6 = a: a != null && lib.hasInfix ":" a;
+  # "[::1]" style for URLs, bare for everything else.
+  urlHost = a: if isIPv6 a then "[${a}]" else a;
+
+  # Values every consumer can parse identically: systemd's EnvironmentFile=, `docker --env-file`
+  # (which does no quote processing at all) and a shell's `set -a; . FILE`.
+  safeValue = v: builtins.match "[A-Za-z0-9_.,:=/@+-]*" v != null;
+
+  envText = lib.concatStrings (lib.mapAttrsToList (k: v: "${k}=${v}\n") cfg.environment);
+  envFile = "/etc/vllm-station/pair.env";
+
+  beaconDir = "/run/vllm-station-pair-beacon";
+  readyUrl = "http://${urlHost cfg.workerAddress}:${toString cfg.beaconPort}/ready";
+
+  # The head's ExecStartPre: the worker must be up first.
+  waitForWorker = pkgs.writeShellScript "vllm-station-pair-wait-worker" ''
+    set -u
+    deadline=$(( $(date +%s) + ${toString cfg.workerWaitSeconds} ))
+    echo "vllm-station pair: waiting up to ${toString cfg.workerWaitSeconds} s for the worker ${cfg.workerAddress} (${readyUrl})" >&2
+    while :; do
+      if ${lib.getExe pkgs.curl} --silent --fail --max-time 3 --output /dev/null ${lib.escapeShellArg readyUrl}; then
+        echo "vllm-station pair: worker ${cfg.workerAddress} is up" >&2
+        exit 0
+      fi
+      if [ "$(date +%s)" -ge "$deadline" ]; then
+        echo "vllm-station pair: the worker ${cfg.workerAddress} did not answer on ${readyUrl} within ${toString cfg.workerWaitSeconds} s; start the worker first (on station ${cfg.workerAddress}: systemctl start vllm-station), then this unit" >&2
+        exit 1
+      fi
+      sleep ${toString cfg.pollSeconds}
+    done
+  '';
+
+  # The worker beacon's ExecStop: let the head go first (bounded).
+  waitForHeadStop = pkgs.writeShellScript "vllm-station-pair-wait-head-stop" ''
+    set -u
+    # Only a deliberate stop of a running worker waits; after a crash there is nothing to protect.
+    if [ "$(${lib.getExe' pkgs.systemd "systemctl"} show --property=ActiveState --value vllm-station.service)" != active ]; then
+      exit 0
+    fi
+    deadline=$(( $(date +%s) + ${toString cfg.headStopWaitSeconds} ))
+    while ${lib.getExe pkgs.curl} --silent --max-time 2 --output /dev/null telnet://${urlHost cfg.headAddress}:${toString cfg.masterPort} </dev/null; do
+      if [ "$(date +%s)" -ge "$deadline" ]; then
+        echo "vllm-station pair: the head ${cfg.headAddress} still listens on port ${toString cfg.masterPort} after ${toString cfg.headStopWaitSeconds} s; stopping the worker anyway (stop the head first: systemctl stop vllm-station on ${cfg.headAddress})" >&2
+        exit 0
+      fi
+      echo "vllm-station pair: waiting for the head ${cfg.headAddress} to stop first" >&2
+      sleep ${toString cfg.pollSeconds}
+    done
+    echo "vllm-station pair: head ${cfg.headAddress} is down; stopping the worker" >&2
+  '';
+
+  # Fill the beacon's directory: who we are, and the local checkpoint stamp when there is one.
+  beaconPrepare = pkgs.writeShellScript "vllm-station-pair-beacon-prepare" ''
+    set -eu
+    printf '{"role": "%s", "rank": %s, "address": "%s"}\n' ${
+      lib.escapeShellArgs [
+        cfg.role
+        (toString cfg.rank)
+        selfAddress
+      ]
+    } > ${beaconDir}/ready
+    ${lib.optionalString (stampPath != null) ''
+      if [ -r ${lib.escapeShellArg stampPath} ]; then
+        cp ${lib.escapeShellArg stampPath} ${beaconDir}/stamp
+      fi
+    ''}
+  '';
+
+  stampPath =
+    if (serve.model or null) != null && lib.hasPrefix "/" serve.model then
+      "${serve.model}/.station-verified.json"
+    else
+      null;
+
+  # Firewall: the peer's rail address, on the rail interface, to these TCP ports only.
+  tcpPorts = lib.optional isHead cfg.masterPort ++ [ cfg.beaconPort ];
+  range = cfg.firewall.portRange;
+  iptablesRules =
+    let
+      ipt = if isIPv6 peerAddress then "ip6tables" else "iptables";
+      rule =
+        dport:
+        "${ipt} -w -A nixos-fw -i ${cfg.railInterface} -s ${peerAddress} -p tcp --dport ${dport} -j nixos-fw-accept";
+    in
+    lib.concatMapStringsSep "\n" rule (
+      map toString tcpPorts ++ lib.optional (range != null) "${toString range.from}:${toString range.to}"
+    )
+    + "\n";
+  nftablesRules =
+    let
+      family = if isIPv6 peerAddress then "ip6" else "ip";
+      ports = lib.concatStringsSep ", " (
+        map toString tcpPorts ++ lib.optional (range != null) "${toString range.from}-${toString range.to}"
+      );
+    in
+    ''
+      iifname "${cfg.railInterface}" ${family} saddr ${peerAddress} tcp dport { ${ports} } accept comment "vllm-station pair: ${cfg.role}"
+    '';
+
+  defaultEnvironment = {
+    RANK = toString cfg.rank;
+    HEAD_IP = cfg.headAddress;
+    WORKER_IP = cfg.workerAddress;
+    RAIL_IFACE = cfg.railInterface;
+    RAIL_HCA = cfg.railHca;
+    MASTER_ADDR = cfg.headAddress;
+    MASTER_PORT = toString cfg.masterPort;
+    # Bootstrap/TCP traffic of NCCL and Gloo on the rail, never the management network.
+    NCCL_SOCKET_IFNAME = cfg.railInterface;
+    GLOO_SOCKET_IFNAME = cfg.railInterface;
+    # "=" makes NCCL match the HCA name exactly (mlx5_1 must not also select mlx5_10…).
+    NCCL_IB_HCA = "=${cfg.railHca}";
+    NCCL_IB_GID_INDEX = toString cfg.gidIndex;
+    # Allow GPUDirect RDMA whatever the PCIe/C2C distance between NIC and GPU.
+    NCCL_NET_GDR_LEVEL = "SYS";
+    # The transport line ("via NET/IB/0/GDRDMA" or a socket fallback) is visible to `station nccl-check`.
+    NCCL_DEBUG = "INFO";
+    # The address vLLM advertises to its peer (ZeroMQ queues, rendezvous): this station's rail address.
+    VLLM_HOST_IP = selfAddress;
+  };
+in
+{
+  options.services.vllm-station.pair = {
+    enable = mkEnableOption "serving one model from two stations with tensor parallelism over a RoCE rail";
+
+    role = mkOption {
+      type = types.enum [
+        "head"
+        "worker"
+      ];
+      example = "worker";
+      description = ''
+        `head` (station A, rank 0) serves the API; `worker` (station B, rank 1) runs vLLM headless
+        and exposes no API. The worker starts first and stops last.
+      '';
+    };
+
+    rank = mkOption {
+      type = types.ints.between 0 1;
+      default = expectedRank;
+      defaultText = literalExpression ''if role == "head" then 0 else 1'';
+      description = "vLLM's `--node-rank`. Follows {option}`role`; setting it to anything else is an error.";
+    };
+
+    headAddress = mkOption {
+      type = types.nullOr types.str;
+      default = null;
+      example = "192.168.100.1";
+      description = "Rail address of the head (station A): `--master-addr`, `HEAD_IP`.";
+    };
+
+    workerAddress = mkOption {
+      type = types.nullOr types.str;
+      default = null;
+      example = "192.168.100.2";
+      description = "Rail address of the worker (station B): `WORKER_IP`.";
+    };
+
+    railInterface = mkOption {
+      type = types.str;
+      default = "cx8r1";
+      example = "enp1s0f1np1";
+      description = "Network interface of the RoCE rail (`NCCL_SOCKET_IFNAME`, `GLOO_SOCKET_IFNAME`, firewall).";
+    };
+
+    railHca = mkOption {
+      type = types.str;
+      default = "mlx5_1";
+      description = "RDMA device of the rail (`NCCL_IB_HCA`).";
+    };
+
+    gidIndex = mkOption {
+      type = types.ints.unsigned;
+      default = 3;
+      description = "RoCE v2 GID index of the rail's IPv4 address (`NCCL_IB_GID_INDEX`); see `show_gids`.";
+    };
+
+    masterPort = mkOption {
+      type = types.port;
+      default = 29500;
+      description = "Rendezvous port the head listens on (`--master-port`).";
+    };
+
+    beaconPort = mkOption {
+      type = types.port;
+      default = 29510;
+      description = ''
+        Port of `vllm-station-pair-beacon` on each station's rail address: `/ready` while the local
+        serving unit is active, `/stamp` the local checkpoint's verification stamp.
+      '';
+    };
+
+    workerWaitSeconds = mkOption {
+      type = types.ints.positive;
+      default = 600;
+      description = ''
+        How long the head's pre-start waits for the worker's beacon before failing. It counts
+        against the serving unit's start timeout.
+      '';
+    };
+
+    headStopWaitSeconds = mkOption {
+      type = types.ints.unsigned;
+      default = 90;
+      description = "How long a stopping worker waits for the head to stop first.";
+    };
+
+    pollSeconds = mkOption {
+      type = types.ints.positive;
+      default = 5;
+      description = "Interval of the start/stop ordering probes.";
+    };
+
+    environment = mkOption {
+      type = types.attrsOf types.str;
+      defaultText = literalExpression ''
+        {
+          RANK = "0"; HEAD_IP = headAddress; WORKER_IP = workerAddress; RAIL_IFACE = railInterface;
+          RAIL_HCA = railHca; MASTER_ADDR = headAddress; MASTER_PORT = "29500";
+          NCCL_SOCKET_IFNAME = railInterface; GLOO_SOCKET_IFNAME = railInterface;
+          NCCL_IB_HCA = "=''${railHca}"; NCCL_IB_GID_INDEX = "3"; NCCL_NET_GDR_LEVEL = "SYS";
+          NCCL_DEBUG = "INFO"; VLLM_HOST_IP = <this station's rail address>;
+        }
+      '';
+      example = {
+        NCCL_DEBUG = "WARN";
+        NCCL_IB_TIMEOUT = "22";
+      };
+      description = ''
+        The pair's environment. Every default is set with `mkDefault`, so a plain definition
+        overrides it and new keys add to it. Written to `${envFile}` (source it with
+        `set -a; . ${envFile}; set +a`), which the serving unit (and its container) loads, so a
+        shell and the unit never disagree. Values are restricted to `[A-Za-z0-9_.,:=/@+-]`.
+      '';
+    };
+
+    firewall = {
+      enable = mkOption {
+        type = types.bool;
+        default = true;
+        description = ''
+          Open, to the peer's rail address on {option}`railInterface` only, TCP
+          {option}`masterPort` (head), {option}`beaconPort` and {option}`firewall.portRange`.
+          Nothing is opened to any other address.
+        '';
+      };
+
+      portRange = mkOption {
+        type = types.nullOr (
+          types.submodule {
+            options = {
+              from = mkOption { type = types.port; };
+              to = mkOption { type = types.port; };
+            };
+          }
+        );
+        default = {
+          from = 32768;
+          to = 60999;
+        };
+        description = ''
+          Ports NCCL's bootstrap, Gloo and vLLM's message queues listen on: they bind kernel-chosen
+          ephemeral ports, so this is the kernel's `net.ipv4.ip_local_port_range` (Linux default
+          32768–60999). Keep the two in step if you narrow either; `null` opens none.
+        '';
+      };
+    };
+  };
+
+  config = mkIf cfg.enable {
+    assertions = [
+      {
+        assertion = cfg.headAddress != null && cfg.workerAddress != null;
+        message = "services.vllm-station.pair: headAddress and workerAddress must both be set (the rail addresses of station A and station B); missing: ${
+          lib.concatStringsSep ", " (
+            lib.optional (cfg.headAddress == null) "headAddress"
+            ++ lib.optional (cfg.workerAddress == null) "workerAddress"
+          )
+        }.";
+      }
+      {
+        assertion = cfg.rank == expectedRank;
+        message = "services.vllm-station.pair: role \"${cfg.role}\" runs rank ${toString expectedRank}, but rank = ${toString cfg.rank}; remove the rank setting (it follows the role).";
+      }
+      {
+        assertion = serve.tensorParallelSize == stations;
+        message = "services.vllm-station.pair: serve.tensorParallelSize is ${toString serve.tensorParallelSize}, but a pair is ${toString stations} stations of one GPU each; set services.vllm-station.serve.tensorParallelSize = ${toString stations}.";
+      }
+      {
+        assertion = cfg.headAddress == null || cfg.headAddress != cfg.workerAddress;
+        message = "services.vllm-station.pair: headAddress and workerAddress are both ${toString cfg.headAddress}; give each station its own rail address.";
+      }
+      {
+        assertion = isHead || !serve.openFirewall;
+        message = "services.vllm-station.pair: a worker serves no API, but services.vllm-station.serve.openFirewall is true; set it to false on the worker (station B).";
+      }
+      {
+        assertion = serve.enable;
+        message = "services.vllm-station.pair: the pair runs the serving unit; set services.vllm-station.serve.enable = true.";
+      }
+      {
+        assertion = lib.all safeValue (lib.attrValues cfg.environment);
+        message = "services.vllm-station.pair.environment: values must match [A-Za-z0-9_.,:=/@+-]* (one file serves systemd, docker --env-file and shells); offending: ${
+          lib.concatStringsSep ", " (lib.attrNames (lib.filterAttrs (_: v: !safeValue v) cfg.environment))
+        }.";
+      }
+    ];
+
+    services.vllm-station.pair.environment = lib.mapAttrs (_: mkDefault) (
+      lib.filterAttrs (_: v: v != null) defaultEnvironment
+    );
+
+    services.vllm-station.serve = {
+      tensorParallelSize = mkDefault stations;
+      headless = !isHead;
+      extraFlags = [
+        "--nnodes"
+        (toString stations)
+        "--node-rank"
+        (toString cfg.rank)
+        "--master-addr"
+        (toString cfg.headAddress)
+        "--master-port"
+        (toString cfg.masterPort)
+      ];
+      environmentFile = envFile;
+    };
+
+    environment.etc."vllm-station/pair.env" = {
+      text = envText;
+      mode = "0444";
+    };
+
+    systemd.services.vllm-station = {
+      restartTriggers = [ envText ];
+      serviceConfig = {
+        # RDMA registers (pins) GPU and host buffers; the default 8 MiB memlock limit makes it fail.
+        LimitMEMLOCK = "infinity";
+      }
+      // lib.optionalAttrs isHead {
+        ExecStartPre = mkBefore [ "${waitForWorker}" ];
+      };
+    };
+
+    systemd.services.vllm-station-pair-beacon = {
+      description = "vllm-station pair beacon (${cfg.role} ${toString selfAddress}): /ready while vllm-station is active, /stamp";
+      bindsTo = [ "vllm-station.service" ];
+      after = [ "vllm-station.service" ];
+      wantedBy = [ "vllm-station.service" ];
+      serviceConfig = {
+        Type = "exec";
+        DynamicUser = true;
+        RuntimeDirectory = "vllm-station-pair-beacon";
+        ExecStartPre = "${beaconPrepare}";
+        ExecStart = lib.escapeShellArgs [
+          (lib.getExe pkgs.python3)
+          "-m"
+          "http.server"
+          "--bind"
+          selfAddress
+          "--directory"
+          beaconDir
+          (toString cfg.beaconPort)
+        ];
+        ExecStop = lib.optional (!isHead) "${waitForHeadStop}";
+        TimeoutStopSec = cfg.headStopWaitSeconds + 30;
+        Restart = "on-failure";
+        RestartSec = 5;
+        # Read-only everything; it serves two small files from its runtime directory.
+        CapabilityBoundingSet = [ "" ];
+        NoNewPrivileges = true;
+        ProtectSystem = "strict";
+        ProtectHome = true;
+        PrivateTmp = true;
+        PrivateDevices = true;
+        DevicePolicy = "closed";
+        ProtectKernelTunables = true;
+        ProtectKernelModules = true;
+        ProtectKernelLogs = true;
+        ProtectControlGroups = true;
+        ProtectClock = true;
+        ProtectHostname = true;
+        RestrictAddressFamilies = [
+          "AF_INET"
+          "AF_INET6"
+          "AF_UNIX" # systemctl show (the stop-order probe) talks to systemd over D-Bus
+        ];
+        RestrictNamespaces = true;
+        RestrictRealtime = true;
+        RestrictSUIDSGID = true;
+        LockPersonality = true;
+        MemoryDenyWriteExecute = true;
+        SystemCallArchitectures = "native";
+        SystemCallFilter = [
+          "@system-service"
+          "~@privileged"
+        ];
+      };
+    };
+
+    networking.firewall = mkIf (cfg.firewall.enable && peerAddress != null) (
+      if config.networking.nftables.enable then
+        { extraInputRules = nftablesRules; }
+      else
+        { extraCommands = iptablesRules; }
+    );
+  };
+}

@@ -1,0 +1,25 @@
+# GLM-5.3 NVFP4 (753B MoE, ~464 GB in 50 shards) across two DGX Station GB300 with TP=2 over a
+# ConnectX-8 RoCE rail: each GPU holds ~218 GiB of weights. Station A (rank 0) serves the API,
+# station B (rank 1) runs a headless worker; `services.vllm-station.pair` adds the ranks, addresses
+# and the --tensor-parallel-size/--nnodes/--node-rank/--master-* flags.
+# MTP speculative decoding with 4 draft tokens (vLLM's `--speculative-config`, method "mtp").
+{
+  serve = {
+    model = "nvidia/GLM-5.3-NVFP4";
+    servedModelName = "glm-5.3";
+    maxModelLen = 98304;
+    gpuMemoryUtilization = 0.93;
+    kvCacheDtype = "fp8";
+    enablePrefixCaching = true;
+    speculativeConfig = {
+      method = "mtp";
+      num_speculative_tokens = 4;
+    };
+  };
+  # What `station verify` expects of this checkpoint (download units of this repository pick it up).
+  download.expectations."nvidia/GLM-5.3-NVFP4" = {
+    arch = "GlmMoeDsaForCausalLM";
+    quantAlgo = "MIXED_PRECISION";
+    shards = 50;
+  };
+}

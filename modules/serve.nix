@@ -1,0 +1,883 @@
+# services.vllm-station.serve: vLLM's OpenAI-compatible server on one station, under systemd.
+#
+# The lifecycle is the point of this module:
+#   - `ExecStartPre=+station prestart` on *every* start: drop the page cache, refuse to start while
+#     file pages still sit in the GPU's NUMA node (HBM), save the previous container's logs, remove it;
+#   - systemd owns restarts (Restart=always, RestartSec=60, at most 3 starts an hour);
+#   - `ExecStartPost=station wait-ready`: the unit is active only once /health answers and a
+#     1-token completion succeeds.
+# The container is started by this unit directly (`docker run` / `podman run` in the foreground),
+# not through `virtualisation.oci-containers`: that module adds `--rm` (which would delete the
+# crashed container's logs before prestart can save them) and its own restart policy, and the
+# prestart/wait-ready/start-limit lifecycle would have to override most of what it generates.
+# The pair module (pair.nix) builds on these options: tensorParallelSize, headless, extraFlags,
+# environment, containerOptions.
+{
+  config,
+  lib,
+  options,
+  pkgs,
+  utils,
+  ...
+}:
+let
+  inherit (lib)
+    mkOption
+    mkEnableOption
+    mkPackageOption
+    types
+    literalExpression
+    optional
+    optionals
+    optionalAttrs
+    optionalString
+    ;
+
+  cfg = config.services.vllm-station.serve;
+  station = lib.getExe config.services.vllm-station.package;
+  presets = import ./presets;
+
+  name = "vllm-station"; # unit name and container name (design.md)
+  stateDir = "/var/lib/${name}";
+  cacheDir = "/var/cache/${name}";
+  logsDir = "/var/log/${name}";
+
+  isContainer = cfg.backend == "container";
+  runtimeExe =
+    if cfg.runtime == "docker" then
+      lib.getExe' config.virtualisation.docker.package "docker"
+    else
+      lib.getExe' config.virtualisation.podman.package "podman";
+
+  # The unit's serviceConfig as merged from every module (host.nix and pair.nix add to it).
+  unitConfig = config.systemd.services.${name}.serviceConfig;
+
+  # Caches that make a restart cheap: torch.compile/Inductor, Triton, FlashInfer and CUDA JIT
+  # output, and the Hugging Face hub cache. Same paths inside and outside the container.
+  cacheEnvironment = {
+    HOME = stateDir;
+    XDG_CACHE_HOME = cacheDir;
+    HF_HOME = "${cacheDir}/huggingface";
+    VLLM_CACHE_ROOT = "${cacheDir}/vllm";
+    TRITON_CACHE_DIR = "${cacheDir}/triton";
+    FLASHINFER_WORKSPACE_BASE = cacheDir;
+    CUDA_CACHE_PATH = "${cacheDir}/nv";
+    # vLLM's own engine start deadline (default 600 s) must not be shorter than the unit's.
+    VLLM_ENGINE_READY_TIMEOUT_S = toString cfg.startTimeout;
+    VLLM_NO_USAGE_STATS = "1";
+  };
+  serverEnvironment = cacheEnvironment // cfg.environment;
+
+  optionalFlag = flag: value: optionals (value != null) [ flag (toString value) ];
+  boolFlag =
+    flag: value:
+    optional (value == true) "--${flag}" ++ optional (value == false) "--no-${flag}";
+
+  # Typed options -> vLLM arguments (model first: `vllm serve MODEL …`). Never joined by hand:
+  # the list is escaped as a whole for the unit below.
+  vllmArgs =
+    optional (cfg.model != null) cfg.model # null is refused by an assertion
+    ++ optionalFlag "--served-model-name" cfg.servedModelName
+    ++ optionals (!cfg.headless) [
+      "--host"
+      cfg.host
+      "--port"
+      (toString cfg.port)
+    ]
+    ++ optionals (cfg.tensorParallelSize > 1) [
+      "--tensor-parallel-size"
+      (toString cfg.tensorParallelSize)
+    ]
+    ++ optionalFlag "--max-model-len" cfg.maxModelLen
+    ++ optionalFlag "--max-num-seqs" cfg.maxNumSeqs
+    # toJSON renders 0.94 as "0.94" (toString would give "0.940000").
+    ++ optionals (cfg.gpuMemoryUtilization != null) [
+      "--gpu-memory-utilization"
+      (builtins.toJSON cfg.gpuMemoryUtilization)
+    ]
+    ++ optionalFlag "--kv-cache-dtype" cfg.kvCacheDtype
+    ++ boolFlag "enable-chunked-prefill" cfg.enableChunkedPrefill
+    ++ boolFlag "enable-prefix-caching" cfg.enablePrefixCaching
+    ++ optional cfg.enableAutoToolChoice "--enable-auto-tool-choice"
+    ++ optionalFlag "--tool-call-parser" cfg.toolCallParser
+    ++ optionalFlag "--reasoning-parser" cfg.reasoningParser
+    ++ optionals (cfg.speculativeConfig != null) [
+      "--speculative-config"
+      (builtins.toJSON cfg.speculativeConfig)
+    ]
+    ++ optional cfg.headless "--headless"
+    ++ cfg.extraFlags;
+
+  # A local model directory outside the state directory is mounted read-only at the same path.
+  modelIsPath = cfg.model != null && lib.hasPrefix "/" cfg.model;
+  extraModelVolume = optionals (modelIsPath && !lib.hasPrefix "${stateDir}/" cfg.model) [
+    "--volume"
+    "${cfg.model}:${cfg.model}:ro"
+  ];
+
+  containerArgs =
+    [
+      runtimeExe
+      "run"
+      "--name"
+      name
+      # No `--rm` (prestart saves the logs of the previous run, then removes it) and no
+      # `--restart` (systemd owns restarts so that prestart runs before every one of them).
+      "--network=host" # listen on the host's address; the pair's NCCL/Gloo rails need it too
+      "--ipc=host" # vLLM's worker processes share tensors through /dev/shm
+      "--volume"
+      "${cacheDir}:${cacheDir}"
+      "--volume"
+      "${stateDir}:${stateDir}:ro"
+    ]
+    ++ extraModelVolume
+    ++ lib.concatMap (device: [
+      "--device"
+      device
+    ]) cfg.gpuDevices
+    ++ optionals (cfg.runtime == "podman") [ "--cgroups=no-conmon" ]
+    ++ lib.concatLists (
+      lib.mapAttrsToList (key: value: [
+        "--env"
+        "${key}=${value}"
+      ]) serverEnvironment
+    )
+    # No value: the runtime client copies it from its own environment (set by apiKeyWrapper).
+    ++ optionals (cfg.apiKeyFile != null) [
+      "--env"
+      "VLLM_API_KEY"
+    ]
+    ++ optionals (cfg.environmentFile != null) [
+      "--env-file"
+      cfg.environmentFile
+    ]
+    ++ cfg.containerOptions
+    ++ optional (cfg.image != null) cfg.image # null is refused by an assertion
+    ++ cfg.containerCommand
+    ++ vllmArgs;
+
+  nativeArgs = [
+    (lib.getExe' cfg.package "vllm")
+    "serve"
+  ] ++ vllmArgs;
+
+  # Reads the key from the unit's credential at start and exports it for vLLM (and for the
+  # runtime client, which forwards it with `--env VLLM_API_KEY`): the key never appears in the
+  # unit, the Nix store or any process's argument list.
+  apiKeyWrapper = pkgs.writeShellScript "vllm-station-api-key" ''
+    VLLM_API_KEY="$(< "$CREDENTIALS_DIRECTORY/api-key")"
+    export VLLM_API_KEY
+    exec "$@"
+  '';
+
+  startArgs =
+    optional (cfg.apiKeyFile != null) apiKeyWrapper ++ (if isContainer then containerArgs else nativeArgs);
+
+  prestartArgs = [
+    station
+    "prestart"
+    "--gpu-node"
+    (toString cfg.prestart.gpuNode)
+    "--max-file-pages-gib"
+    (toString cfg.prestart.maxFilePagesGiB)
+    "--settle-seconds"
+    (toString cfg.prestart.settleSeconds)
+    "--runtime"
+    (if isContainer then cfg.runtime else "none")
+    "--container"
+    name
+    "--log-dir"
+    logsDir
+    "--keep-logs"
+    (toString cfg.prestart.keepLogs)
+  ] ++ optional (!cfg.prestart.dropCaches) "--no-drop";
+
+  preflightArgs =
+    [
+      station
+      "preflight"
+      "--config"
+      "/etc/${name}/preflight.json"
+    ]
+    ++ optionals (cfg.preflight.only != [ ]) [
+      "--only"
+      (lib.concatStringsSep "," cfg.preflight.only)
+    ];
+
+  # Where the readiness probe connects: a wildcard listen address is probed on loopback.
+  probeHost =
+    if cfg.host == "0.0.0.0" || cfg.host == "" then
+      "127.0.0.1"
+    else if cfg.host == "::" || cfg.host == "[::]" then
+      "[::1]"
+    else if lib.hasInfix ":" cfg.host && !lib.hasPrefix "[" cfg.host then
+      "[${cfg.host}]"
+    else
+      cfg.host;
+  baseUrl = "http://${probeHost}:${toString cfg.port}";
+
+  waitReadyArgs = [
+    station
+    "wait-ready"
+    "--base-url"
+    baseUrl
+    "--model"
+    (if cfg.servedModelName != null then cfg.servedModelName else cfg.model)
+    "--timeout"
+    # Finish (with wait-ready's own reason) before systemd's TimeoutStartSec kills the start.
+    (toString (cfg.startTimeout - 60))
+  ];
+  # `%d` is systemd's credentials-directory specifier and must stay unescaped.
+  waitReadyCommand =
+    utils.escapeSystemdExecArgs waitReadyArgs
+    + optionalString (cfg.apiKeyFile != null) " --api-key-file %d/api-key";
+
+  # ---- hardening (after nixpkgs' ollama.nix); every relaxation says why ----
+  hardening = {
+    CapabilityBoundingSet = [ "" ];
+    DeviceAllow = [
+      # CUDA (https://docs.nvidia.com/dgx/pdf/dgx-os-5-user-guide.pdf)
+      "char-nvidiactl"
+      "char-nvidia-caps"
+      "char-nvidia-frontend"
+      "char-nvidia-uvm"
+      # RDMA (GPUDirect over the ConnectX rails): /dev/infiniband/uverbs*
+      "char-infiniband_verbs"
+    ];
+    DevicePolicy = "closed";
+    LockPersonality = true;
+    MemoryDenyWriteExecute = true;
+    NoNewPrivileges = true;
+    PrivateDevices = true;
+    PrivateTmp = true;
+    PrivateUsers = true;
+    ProcSubset = "pid";
+    ProtectClock = true;
+    ProtectControlGroups = true;
+    ProtectHome = true;
+    ProtectHostname = true;
+    ProtectKernelLogs = true;
+    ProtectKernelModules = true;
+    ProtectKernelTunables = true;
+    ProtectProc = "invisible";
+    ProtectSystem = "strict";
+    RemoveIPC = true;
+    RestrictAddressFamilies = [
+      "AF_INET"
+      "AF_INET6"
+      "AF_UNIX"
+    ];
+    RestrictNamespaces = true;
+    RestrictRealtime = true;
+    RestrictSUIDSGID = true;
+    SystemCallArchitectures = "native";
+    SystemCallFilter = [
+      "@system-service"
+      "~@privileged"
+    ];
+    UMask = "0077";
+  };
+
+  nativeRelaxations = {
+    DynamicUser = true;
+    MemoryDenyWriteExecute = false; # torch.compile, Triton and the CUDA JIT map generated code executable
+    PrivateDevices = false; # hides /dev/nvidia*; DeviceAllow above keeps only GPU and RDMA nodes
+    ProcSubset = "all"; # NVML and vLLM read /proc/driver/nvidia and /proc/meminfo
+    RestrictAddressFamilies = hardening.RestrictAddressFamilies ++ [
+      "AF_NETLINK" # NCCL, Gloo and ibverbs enumerate interfaces and RDMA links over netlink
+    ];
+    SystemCallFilter = [
+      "@system-service"
+      "@resources" # mbind/set_mempolicy: CUDA and torch place host memory per NUMA node
+      "~@privileged"
+    ];
+  };
+
+  # The docker CLI is only a client of dockerd: the sandbox above fits it, except:
+  dockerRelaxations = {
+    PrivateUsers = false; # the docker socket belongs to the host's root; a user namespace maps it away
+  };
+
+  # podman is the container runtime itself, and the container's processes descend from this unit,
+  # inheriting its seccomp filters, capability bounding set and namespaces.
+  podmanRelaxations = {
+    CapabilityBoundingSet = [ ]; # podman needs CAP_SYS_ADMIN & co. to build the container
+    DevicePolicy = "auto"; # CDI injects /dev/nvidia* device nodes into the container
+    MemoryDenyWriteExecute = false; # inherited by vLLM, whose JITs map generated code executable
+    NoNewPrivileges = false; # inherited by the container's entrypoint
+    PrivateDevices = false; # the container needs the host's GPU and RDMA device nodes
+    PrivateTmp = false; # container storage and mounts must live in the host's mount namespace
+    PrivateUsers = false; # podman runs as the host's root to use the system container storage
+    ProcSubset = "all"; # inherited: NVML and vLLM read /proc/driver/nvidia
+    ProtectControlGroups = false; # podman creates the container's cgroup
+    ProtectHome = false; # no private mount namespace for the runtime (see PrivateTmp)
+    ProtectHostname = false; # inherited seccomp filter would refuse the container's sethostname
+    ProtectKernelModules = false; # podman may load overlay/netfilter modules on first use
+    ProtectKernelTunables = false; # the runtime writes container sysctls
+    ProtectProc = "default"; # needs a private mount namespace (see PrivateTmp)
+    ProtectSystem = false; # podman writes /var/lib/containers, /run/containers and /etc/cni
+    RestrictAddressFamilies = [ ]; # inherited by NCCL/ibverbs inside the container (netlink, RDMA)
+    RestrictNamespaces = false; # the runtime creates the container's namespaces
+    SystemCallFilter = [ ]; # podman mounts, pivots and unshares; filters would be inherited too
+    UMask = "0022"; # container root filesystems need world-readable files
+  };
+
+  relaxations =
+    if !isContainer then
+      nativeRelaxations
+    else if cfg.runtime == "docker" then
+      dockerRelaxations
+    else
+      podmanRelaxations;
+
+  # Flags the typed options own; extraFlags may not repeat them.
+  typedFlags = {
+    "--served-model-name" = "servedModelName";
+    "--host" = "host";
+    "--port" = "port";
+    "--tensor-parallel-size" = "tensorParallelSize";
+    "-tp" = "tensorParallelSize";
+    "--max-model-len" = "maxModelLen";
+    "--max-num-seqs" = "maxNumSeqs";
+    "--gpu-memory-utilization" = "gpuMemoryUtilization";
+    "--kv-cache-dtype" = "kvCacheDtype";
+    "--enable-chunked-prefill" = "enableChunkedPrefill";
+    "--no-enable-chunked-prefill" = "enableChunkedPrefill";
+    "--enable-prefix-caching" = "enablePrefixCaching";
+    "--no-enable-prefix-caching" = "enablePrefixCaching";
+    "--enable-auto-tool-choice" = "enableAutoToolChoice";
+    "--tool-call-parser" = "toolCallParser";
+    "--reasoning-parser" = "reasoningParser";
+    "--speculative-config" = "speculativeConfig";
+    "--headless" = "headless";
+    "--api-key" = "apiKeyFile (a file read at start, never the key in the Nix store)";
+  };
+  flagName = arg: builtins.head (lib.splitString "=" arg);
+  repeatedFlags = lib.filter (arg: typedFlags ? ${flagName arg}) cfg.extraFlags;
+
+  # Memory binding of any kind on the serving unit (CUDA error 802 on GB300: the GPU's memory is
+  # NUMA node 1; a node-0 binding keeps the process from it).
+  pinningWords = [
+    "--cpuset-mems"
+    "--membind"
+    "--cpunodebind"
+    "--preferred"
+    "--interleave"
+  ];
+  isPinningArg =
+    arg:
+    lib.any (word: arg == word || lib.hasPrefix "${word}=" arg) pinningWords
+    || lib.hasSuffix "numactl" arg
+    || builtins.match "-[mN][0-9].*" arg != null;
+  pinningArgs = lib.filter isPinningArg (cfg.containerOptions ++ cfg.extraFlags ++ cfg.containerCommand);
+  pinningUnitSettings = lib.filter (key: unitConfig ? ${key} && unitConfig.${key} != "default") [
+    "NUMAPolicy"
+    "NUMAMask"
+    "AllowedMemoryNodes"
+  ];
+
+  isSecretPath = path: path == null || (lib.hasPrefix "/" path && !lib.hasPrefix builtins.storeDir path);
+
+  # Presets set option values under services.vllm-station with mkDefault. Walking the declared
+  # options (not config) keeps this free of recursion; an unknown name fails loudly.
+  presetDefaults =
+    opts: values:
+    lib.mapAttrs (
+      key: value:
+      let
+        opt =
+          opts.${key} or (throw "vllm-station preset sets `${key}`, which is not an option under services.vllm-station");
+      in
+      if lib.isOption opt then lib.mkDefault value else presetDefaults opt value
+    ) values;
+in
+{
+  options.services.vllm-station.serve = {
+    enable = mkEnableOption "the vLLM OpenAI-compatible server (vllm-station)";
+
+    package = mkPackageOption pkgs [ "python3Packages" "vllm" ] {
+      extraDescription = ''
+        Used only with `backend = "native"`; it must provide `bin/vllm`.
+        (nixpkgs' vLLM is marked broken on aarch64 with CUDA: GB300 stations use the container backend.)
+      '';
+    };
+
+    host = mkOption {
+      type = types.str;
+      default = "127.0.0.1";
+      example = "0.0.0.0";
+      description = ''
+        Address the OpenAI-compatible API listens on. vLLM has no authentication unless
+        `apiKeyFile` is set: keep it on loopback or behind a proxy/firewall.
+      '';
+    };
+
+    port = mkOption {
+      type = types.port;
+      default = 8000;
+      example = 8888;
+      description = "Port of the OpenAI-compatible API.";
+    };
+
+    preset = mkOption {
+      type = types.nullOr (types.enum (lib.attrNames presets));
+      default = null;
+      example = "glm53-flash";
+      description = ''
+        A model recipe from `modules/presets/`: sets its option values with `lib.mkDefault`
+        (any of them can be overridden). Does not enable the service.
+      '';
+    };
+
+    backend = mkOption {
+      type = types.enum [
+        "container"
+        "native"
+      ];
+      default = "container";
+      description = ''
+        `container`: run vLLM from a digest-pinned image with `runtime`, GPUs through CDI.
+        `native`: run `serve.package`'s `vllm` directly, sandboxed under a dynamic user.
+      '';
+    };
+
+    image = mkOption {
+      type = types.nullOr types.str;
+      default = null;
+      example = "vllm/vllm-openai@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+      description = ''
+        Container image, pinned by digest (`name@sha256:<64 hex>`): a tag can move under a running
+        station. Required with `backend = "container"`.
+      '';
+    };
+
+    runtime = mkOption {
+      type = types.enum [
+        "docker"
+        "podman"
+      ];
+      default = "docker";
+      description = ''
+        Container runtime. The module enables it (`virtualisation.docker.enable` or
+        `virtualisation.podman.enable`, with `mkDefault`) and `hardware.nvidia-container-toolkit.enable`,
+        which generates the CDI spec behind `gpuDevices`.
+      '';
+    };
+
+    containerCommand = mkOption {
+      type = types.listOf types.str;
+      default = [ ];
+      example = [
+        "vllm"
+        "serve"
+      ];
+      description = ''
+        Command placed between the image and the vLLM arguments. Empty for images whose entrypoint is
+        `vllm serve` (vllm/vllm-openai); `[ "vllm" "serve" ]` for images without one (NGC).
+      '';
+    };
+
+    containerOptions = mkOption {
+      type = types.listOf types.str;
+      default = [ ];
+      example = [ "--shm-size=16g" ];
+      description = ''
+        Extra options for `docker run`/`podman run`. Memory binding (`--cpuset-mems`) is refused:
+        see the NUMA assertion.
+      '';
+    };
+
+    gpuDevices = mkOption {
+      type = types.listOf types.str;
+      default = [ "nvidia.com/gpu=all" ];
+      description = "CDI device names passed to the container with `--device`.";
+    };
+
+    model = mkOption {
+      type = types.nullOr types.str;
+      default = null;
+      example = "nvidia/GLM-5.3-Flash-NVFP4";
+      description = ''
+        Hugging Face repo id or an absolute path to a local checkpoint directory (a path outside
+        `/var/lib/vllm-station` is mounted read-only into the container at the same place).
+      '';
+    };
+
+    servedModelName = mkOption {
+      type = types.nullOr types.str;
+      default = null;
+      example = "glm-5.3-flash";
+      description = "Name clients use in `model` (`--served-model-name`); null: the model id.";
+    };
+
+    tensorParallelSize = mkOption {
+      type = types.ints.positive;
+      default = 1;
+      description = "`--tensor-parallel-size` (rendered when > 1; the pair module sets 2).";
+    };
+
+    headless = mkOption {
+      type = types.bool;
+      default = false;
+      description = ''
+        Run as a headless worker (`--headless`): no API, no `--host`/`--port`, no readiness probe,
+        no firewall opening. Set by the pair module on the worker station.
+      '';
+    };
+
+    maxModelLen = mkOption {
+      type = types.nullOr types.ints.positive;
+      default = null;
+      example = 1048576;
+      description = "`--max-model-len`: context length in tokens; null: the model's.";
+    };
+
+    maxNumSeqs = mkOption {
+      type = types.nullOr types.ints.positive;
+      default = null;
+      example = 256;
+      description = "`--max-num-seqs`: sequences in flight; null: vLLM's default.";
+    };
+
+    gpuMemoryUtilization = mkOption {
+      type = types.nullOr (types.numbers.between 0 1);
+      default = null;
+      example = 0.94;
+      description = "`--gpu-memory-utilization`: fraction of GPU memory vLLM may use; null: vLLM's default.";
+    };
+
+    kvCacheDtype = mkOption {
+      type = types.nullOr types.str;
+      default = null;
+      example = "fp8";
+      description = "`--kv-cache-dtype` (`auto`, `fp8`, `fp8_e4m3`, …); null: vLLM's default.";
+    };
+
+    enableChunkedPrefill = mkOption {
+      type = types.nullOr types.bool;
+      default = null;
+      description = "`--enable-chunked-prefill` (true) / `--no-enable-chunked-prefill` (false); null: vLLM's default.";
+    };
+
+    enablePrefixCaching = mkOption {
+      type = types.nullOr types.bool;
+      default = null;
+      description = "`--enable-prefix-caching` (true) / `--no-enable-prefix-caching` (false); null: vLLM's default.";
+    };
+
+    enableAutoToolChoice = mkOption {
+      type = types.bool;
+      default = false;
+      description = "`--enable-auto-tool-choice` (needs `toolCallParser`).";
+    };
+
+    toolCallParser = mkOption {
+      type = types.nullOr types.str;
+      default = null;
+      example = "glm47";
+      description = "`--tool-call-parser`.";
+    };
+
+    reasoningParser = mkOption {
+      type = types.nullOr types.str;
+      default = null;
+      example = "glm45";
+      description = "`--reasoning-parser`.";
+    };
+
+    speculativeConfig = mkOption {
+      type = types.nullOr (types.attrsOf types.anything);
+      default = null;
+      example = literalExpression ''{ method = "mtp"; num_speculative_tokens = 4; }'';
+      description = "`--speculative-config`, rendered as JSON.";
+    };
+
+    apiKeyFile = mkOption {
+      type = types.nullOr types.str;
+      default = null;
+      example = "/run/secrets/vllm-api-key";
+      description = ''
+        File holding the API key clients must send (only the key). Read at each start through
+        systemd's `LoadCredential=` and handed to vLLM as `VLLM_API_KEY`: it never enters the Nix
+        store, the unit file or a command line. The readiness probe uses it too.
+      '';
+    };
+
+    startTimeout = mkOption {
+      type = types.ints.between 120 86400;
+      default = 900;
+      description = ''
+        Seconds from `systemctl start` to serving before the start counts as failed
+        (`TimeoutStartSec`). The GLM-5.3-Flash recipe needs ~7 minutes (weights ~77 s, then
+        compilation and CUDA graph capture). vLLM's `VLLM_ENGINE_READY_TIMEOUT_S` is set to match;
+        `station wait-ready` gives up 60 s earlier with its own reason.
+      '';
+    };
+
+    prestart = {
+      gpuNode = mkOption {
+        type = types.ints.unsigned;
+        default = 1;
+        description = "NUMA node of the GPU's memory (HBM): node 1 on GB300.";
+      };
+      maxFilePagesGiB = mkOption {
+        type = types.ints.unsigned;
+        default = 4;
+        description = "Refuse to start while more than this many GiB of page cache sit on `gpuNode` after the drop.";
+      };
+      settleSeconds = mkOption {
+        type = types.ints.unsigned;
+        default = 2;
+        description = "Wait between dropping the page cache and reading FilePages.";
+      };
+      dropCaches = mkOption {
+        type = types.bool;
+        default = true;
+        description = "`sync` and drop the page cache before each start (false: `--no-drop`, only check).";
+      };
+      keepLogs = mkOption {
+        type = types.ints.positive;
+        default = 20;
+        description = "Saved logs of previous containers kept under /var/log/vllm-station.";
+      };
+    };
+
+    preflight = {
+      enable = mkEnableOption ''
+        `station preflight --config /etc/vllm-station/preflight.json` as a start gate
+        (after prestart; a failing check refuses the start)'';
+      only = mkOption {
+        type = types.listOf types.str;
+        default = [ ];
+        example = [
+          "filepages"
+          "gpu"
+        ];
+        description = "Checks to run (`--only`); empty: all.";
+      };
+      settings = mkOption {
+        type = types.submodule { freeformType = types.attrsOf types.anything; };
+        default = { };
+        description = ''
+          Contents of /etc/vllm-station/preflight.json (written whenever the service is enabled, so
+          `station preflight` by hand sees the same configuration). Filled from the serve options;
+          the pair and download modules add their keys.
+        '';
+      };
+    };
+
+    extraFlags = mkOption {
+      type = types.listOf types.str;
+      default = [ ];
+      example = [
+        "--max-num-batched-tokens"
+        "16384"
+      ];
+      description = "Extra vLLM arguments, after the typed ones. Flags owned by a typed option are refused.";
+    };
+
+    environment = mkOption {
+      type = types.attrsOf types.str;
+      default = { };
+      example = {
+        NCCL_DEBUG = "INFO";
+      };
+      description = "Environment of the vLLM process (passed with `--env` to a container). Not for secrets.";
+    };
+
+    environmentFile = mkOption {
+      type = types.nullOr types.str;
+      default = null;
+      example = "/run/secrets/vllm-station.env";
+      description = ''
+        File of `NAME=value` lines (secrets such as `HF_TOKEN`), read at start and never copied to
+        the Nix store: systemd's `EnvironmentFile=` (native) or `--env-file` (container).
+      '';
+    };
+
+    openFirewall = mkOption {
+      type = types.bool;
+      default = false;
+      description = "Add `port` to `networking.firewall.allowedTCPPorts` (not for a headless worker).";
+    };
+
+    vllmArgs = mkOption {
+      type = types.listOf types.str;
+      readOnly = true;
+      internal = true;
+      default = vllmArgs;
+      defaultText = literalExpression "[ model … ] rendered from the options";
+      description = "The vLLM arguments as rendered (model first), for tests and other modules.";
+    };
+  };
+
+  config = lib.mkMerge [
+    {
+      services.vllm-station = lib.mkMerge (
+        lib.mapAttrsToList (
+          presetName: values:
+          lib.mkIf (cfg.preset == presetName) (presetDefaults options.services.vllm-station values)
+        ) presets
+      );
+    }
+
+    (lib.mkIf cfg.enable {
+      assertions = [
+        {
+          assertion = cfg.model != null;
+          message = "services.vllm-station.serve: set `model` (a repo id or a local path) or a `preset`.";
+        }
+        {
+          assertion = !isContainer || cfg.image != null;
+          message = ''services.vllm-station.serve: backend "container" needs `image`, pinned by digest (name@sha256:<64 hex>).'';
+        }
+        {
+          assertion =
+            !isContainer || cfg.image == null || builtins.match "[^@ ]+@sha256:[0-9a-f]{64}" cfg.image != null;
+          message = "services.vllm-station.serve: `image` must be pinned by digest (name@sha256:<64 hex>), got `${toString cfg.image}`: a tag can change under a running station. Use `docker inspect --format '{{index .RepoDigests 0}}' IMAGE`.";
+        }
+        {
+          assertion = pinningArgs == [ ] && pinningUnitSettings == [ ];
+          message = "services.vllm-station.serve: the serving unit must not be bound to NUMA memory nodes (found: ${
+            lib.concatStringsSep ", " (pinningArgs ++ map (k: "serviceConfig.${k}") pinningUnitSettings)
+          }). On GB300 the GPU's memory is NUMA node ${toString cfg.prestart.gpuNode}; binding vLLM to node 0 makes CUDA fail with error 802. Leave it free and bind bulk I/O (downloads, copies) to node 0 instead (`station numa-exec --membind 0`).";
+        }
+        {
+          assertion = !cfg.enableAutoToolChoice || cfg.toolCallParser != null;
+          message = "services.vllm-station.serve: `enableAutoToolChoice` needs `toolCallParser` (e.g. \"glm47\", \"hermes\").";
+        }
+        {
+          assertion = repeatedFlags == [ ];
+          message = "services.vllm-station.serve: `extraFlags` repeats flags owned by typed options: ${
+            lib.concatMapStringsSep ", " (f: "${flagName f} (set `${typedFlags.${flagName f}}`)") repeatedFlags
+          }.";
+        }
+        {
+          assertion = isSecretPath cfg.apiKeyFile;
+          message = "services.vllm-station.serve: `apiKeyFile` must be an absolute path outside the Nix store (got `${toString cfg.apiKeyFile}`): the store is world-readable.";
+        }
+        {
+          assertion = isSecretPath cfg.environmentFile;
+          message = "services.vllm-station.serve: `environmentFile` must be an absolute path outside the Nix store (got `${toString cfg.environmentFile}`): the store is world-readable.";
+        }
+        {
+          assertion = !(cfg.headless && cfg.openFirewall);
+          message = "services.vllm-station.serve: a headless worker serves no API; set `openFirewall = false`.";
+        }
+        {
+          assertion = !(cfg.headless && cfg.apiKeyFile != null);
+          message = "services.vllm-station.serve: a headless worker serves no API; `apiKeyFile` belongs on the head station.";
+        }
+      ];
+
+      warnings =
+        optional (
+          !cfg.headless
+          && cfg.apiKeyFile == null
+          && !lib.elem cfg.host [
+            "127.0.0.1"
+            "::1"
+            "localhost"
+          ]
+        ) "services.vllm-station.serve: the API listens on ${cfg.host} without authentication; set `apiKeyFile` or keep `host` on loopback behind a proxy."
+        ++ optional (
+          !isContainer && (cfg.containerOptions != [ ] || cfg.containerCommand != [ ])
+        ) "services.vllm-station.serve: `containerOptions`/`containerCommand` are ignored with backend \"native\".";
+
+      virtualisation.docker.enable = lib.mkIf (isContainer && cfg.runtime == "docker") (lib.mkDefault true);
+      virtualisation.podman.enable = lib.mkIf (isContainer && cfg.runtime == "podman") (lib.mkDefault true);
+      hardware.nvidia-container-toolkit.enable = lib.mkIf isContainer (lib.mkDefault true);
+
+      networking.firewall.allowedTCPPorts = lib.mkIf (cfg.openFirewall && !cfg.headless) [ cfg.port ];
+
+      environment.systemPackages = [ config.services.vllm-station.package ];
+
+      services.vllm-station.serve.preflight.settings = lib.mapAttrs (_: lib.mkDefault) {
+        inherit (cfg)
+          host
+          port
+          model
+          gpuMemoryUtilization
+          maxModelLen
+          maxNumSeqs
+          kvCacheDtype
+          ;
+        modelDir = if modelIsPath then cfg.model else null;
+        revision = null;
+        gpuNode = cfg.prestart.gpuNode;
+        maxFilePagesGiB = cfg.prestart.maxFilePagesGiB;
+        runtime = if isContainer then cfg.runtime else null;
+        image = if isContainer then cfg.image else null;
+        paths = {
+          state = stateDir;
+          cache = cacheDir;
+          logs = logsDir;
+        };
+        pair = null;
+      };
+      environment.etc."${name}/preflight.json".text = builtins.toJSON cfg.preflight.settings;
+
+      systemd.services.${name} = {
+        description = "vLLM OpenAI-compatible server (vllm-station)";
+        wantedBy = [ "multi-user.target" ];
+        wants = [ "network-online.target" ];
+        after =
+          [ "network-online.target" ]
+          ++ optionals isContainer [ "nvidia-container-toolkit-cdi-generator.service" ]
+          ++ optionals (isContainer && cfg.runtime == "docker") [ "docker.service" ];
+        requires = optionals (isContainer && cfg.runtime == "docker") [ "docker.service" ];
+
+        # Top-level options: they render under [Unit], where systemd reads them.
+        # At most 3 starts an hour: a crash loop must not hammer the machine or rotate logs away.
+        startLimitBurst = 3;
+        startLimitIntervalSec = 3600;
+
+        environment =
+          if isContainer then
+            optionalAttrs (cfg.runtime == "docker") {
+              DOCKER_CONFIG = "/run/${name}/docker"; # no client config in /root (ProtectHome)
+            }
+          else
+            serverEnvironment;
+
+        serviceConfig =
+          hardening
+          // relaxations
+          // {
+            Type = "exec";
+            # `+`: privileged even though the service is sandboxed (drop_caches, the runtime's logs).
+            ExecStartPre = [
+              ("+" + utils.escapeSystemdExecArgs prestartArgs)
+            ] ++ optional cfg.preflight.enable ("+" + utils.escapeSystemdExecArgs preflightArgs);
+            ExecStart = utils.escapeSystemdExecArgs startArgs;
+            # Active means serving: /health answers and a 1-token completion succeeds.
+            ExecStartPost = optionals (!cfg.headless) [ waitReadyCommand ];
+            # `-`: nothing to stop when `run` never created the container. Not `rm`: prestart saves its logs first.
+            ExecStop = optionals isContainer [
+              ("-" + utils.escapeSystemdExecArgs [
+                runtimeExe
+                "stop"
+                "-t"
+                "60"
+                name
+              ])
+            ];
+            # always, not on-failure: vLLM can exit 0 when its engine dies (vllm#48966).
+            Restart = "always";
+            RestartSec = 60;
+            TimeoutStartSec = cfg.startTimeout;
+            TimeoutStopSec = 90;
+            StateDirectory = name;
+            CacheDirectory = name;
+            LogsDirectory = name;
+            RuntimeDirectory = name;
+            WorkingDirectory = stateDir;
+          }
+          // optionalAttrs (cfg.apiKeyFile != null) { LoadCredential = [ "api-key:${cfg.apiKeyFile}" ]; }
+          // optionalAttrs (!isContainer && cfg.environmentFile != null) {
+            EnvironmentFile = [ cfg.environmentFile ];
+          };
+      };
+    })
+  ];
+}

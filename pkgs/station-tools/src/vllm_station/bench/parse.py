@@ -1,0 +1,181 @@
+"""A RawResult (timestamped network reads) → one request's metrics; after the batch, off the hot path.
+
+Each SSE event takes the timestamp of the network read that completed it. An event is *content-bearing*
+when its first choice's delta carries non-empty `content`, `reasoning_content`/`reasoning` or `tool_calls`
+(the role chunk's `content: ""` is not). Output tokens come from the final `usage` chunk
+(`stream_options.include_usage`); when the server sends none, the number of content-bearing events is
+used instead and the result says `token_source: "chunks"` (vLLM sends one event per token unless it
+coalesces under load, so the fallback can undercount).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from vllm_station.bench.client import RawResult
+
+
+@dataclass(slots=True)
+class RequestResult:
+    index: int
+    ok: bool
+    failure: str | None  # kind, see FAILURE_KINDS
+    detail: str
+    t_start: float
+    t_end: float  # the last SSE event ([DONE]) or the end of the response
+    queue: float  # t_sent − t_sched: client-side delay before the request left
+    ttft: float | None
+    e2e: float | None
+    output_tokens: int
+    prompt_tokens: int | None
+    token_source: str  # "usage" | "chunks"
+    itl: float | None  # (E2E − TTFT) / (tokens − 1)
+    gaps: list[float] = field(default_factory=list)  # gaps between content-bearing events
+
+    @property
+    def user_tok_s(self) -> float | None:
+        return 1.0 / self.itl if self.itl else None
+
+    @property
+    def prefill_tok_s(self) -> float | None:
+        if self.prompt_tokens is None or not self.ttft:
+            return None
+        return self.prompt_tokens / self.ttft
+
+
+FAILURE_KINDS = (
+    "connect",  # refused / reset before an answer
+    "timeout",  # no complete answer within --timeout
+    "http_4xx",
+    "http_5xx",
+    "truncated",  # stream cut off, or ended without data: [DONE]
+    "stream_error",  # an SSE {"error": …} event
+    "malformed",  # an event that is not JSON
+    "empty",  # finished without any content-bearing event
+    "length_mismatch",  # fixed output length requested, usage says otherwise
+)
+
+
+def _events(raw: RawResult) -> list[tuple[float, bytes]]:
+    events: list[tuple[float, bytes]] = []
+    buf = b""
+    for t, data in raw.chunks:
+        buf += data
+        if b"\r" in buf:
+            buf = buf.replace(b"\r\n", b"\n")
+        while True:
+            cut = buf.find(b"\n\n")
+            if cut < 0:
+                break
+            events.append((t, buf[:cut]))
+            buf = buf[cut + 2 :]
+    if buf.strip():
+        events.append((raw.chunks[-1][0], buf))  # a last event without its blank line
+    return events
+
+
+def parse(raw: RawResult, expected_tokens: int | None) -> RequestResult:
+    queue = max(0.0, raw.t_sent - raw.t_sched)
+    res = RequestResult(
+        index=raw.index,
+        ok=False,
+        failure=raw.error_kind,
+        detail=raw.error,
+        t_start=raw.t_start,
+        t_end=raw.t_end,
+        queue=queue,
+        ttft=None,
+        e2e=None,
+        output_tokens=0,
+        prompt_tokens=None,
+        token_source="chunks",
+        itl=None,
+    )
+    if raw.error_kind is not None:
+        if raw.error_kind.startswith("http_") and raw.chunks:
+            res.detail = f"{raw.error}: {raw.chunks[0][1][:200].decode(errors='replace')}"
+        return res
+    first: float | None = None
+    last_content: float | None = None
+    last_event: float | None = None
+    prev: float | None = None
+    n_content = 0
+    usage_tokens: int | None = None
+    done = False
+    gaps = res.gaps
+    for t, ev in _events(raw):
+        last_event = t
+        data = b"\n".join(line[5:].lstrip() for line in ev.split(b"\n") if line.startswith(b"data:"))
+        if not data:
+            continue  # comments / keep-alives
+        if data == b"[DONE]":
+            done = True
+            continue
+        try:
+            obj = json.loads(data)
+        except ValueError:
+            res.failure, res.detail = "malformed", f"event is not JSON: {data[:120]!r}"
+            return res
+        if not isinstance(obj, dict):
+            res.failure, res.detail = "malformed", f"event is not an object: {data[:120]!r}"
+            return res
+        if "error" in obj and not obj.get("choices"):
+            err = obj["error"]
+            msg = err.get("message", err) if isinstance(err, dict) else err
+            res.failure, res.detail = "stream_error", f"server error event: {msg}"
+            return res
+        usage = obj.get("usage")
+        if isinstance(usage, dict):
+            ct = usage.get("completion_tokens")
+            if isinstance(ct, int):
+                usage_tokens = ct
+            pt = usage.get("prompt_tokens")
+            if isinstance(pt, int):
+                res.prompt_tokens = pt
+        choices = obj.get("choices")
+        if not choices:
+            continue
+        c0 = choices[0]
+        delta = c0.get("delta")
+        if delta is None:  # /v1/completions
+            bearing = bool(c0.get("text"))
+        else:
+            bearing = bool(
+                delta.get("content")
+                or delta.get("reasoning_content")
+                or delta.get("reasoning")
+                or delta.get("tool_calls")
+            )
+        if bearing:
+            n_content += 1
+            if first is None:
+                first = t
+            else:
+                assert prev is not None
+                gaps.append(t - prev)
+            prev = last_content = t
+    if not done:
+        res.failure, res.detail = "truncated", "the stream ended without data: [DONE]"
+        return res
+    if first is None or last_event is None or last_content is None:
+        res.failure, res.detail = "empty", "no content-bearing event in the stream"
+        return res
+    res.t_end = last_event
+    res.ttft = first - raw.t_start
+    res.e2e = last_event - raw.t_start
+    if usage_tokens is not None:
+        res.output_tokens, res.token_source = usage_tokens, "usage"
+    else:
+        res.output_tokens = n_content
+    if res.output_tokens > 1:
+        res.itl = (res.e2e - res.ttft) / (res.output_tokens - 1)
+    if expected_tokens is not None and res.output_tokens != expected_tokens:
+        res.failure = "length_mismatch"
+        res.detail = (
+            f"asked for exactly {expected_tokens} tokens, got {res.output_tokens} ({res.token_source})"
+        )
+        return res
+    res.ok = True
+    res.failure = None
+    return res

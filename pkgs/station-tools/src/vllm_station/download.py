@@ -1,0 +1,443 @@
+"""`station download REPO --revision REV --dir DIR`: fetch a pinned revision under NUMA membind, then verify.
+
+Order of work (each step fails with an operator message, nothing is marked verified on any failure):
+
+1. Bind this process's memory to ``--membind`` nodes (default 0) *before any I/O*, and read the policy back
+   from the kernel: the page cache filled by a 191-464 GB download then lands in LPDDR (node 0), not in the
+   GPU's HBM node. ``--no-membind`` skips it (machines without NUMA).
+2. The revision must be a 40-hex commit; a branch or tag moves, so it is refused unless ``--allow-branch``,
+   which resolves it once through the API and records the commit.
+3. Token: ``--token-file`` (first line), else ``$HF_TOKEN``, else huggingface_hub's stored login.
+   Never printed.
+4. ``HF_HUB_OFFLINE=1``: nothing is fetched; a complete earlier download of that commit in DIR (checked
+   against ``.station-hashes.json``) is verified, anything else is an error.
+5. ``model_info(files_metadata=True)`` lists the files with sizes and the LFS sha256 of every large file; the
+   disk-space check runs against those sizes (minus what is already complete in DIR) before a byte is fetched,
+   and the hub's hashes are written to ``DIR/.station-hashes.json`` for ``verify --sha256``.
+6. Files are fetched one by one with ``hf_hub_download(local_dir=DIR)`` (progress on stderr). Resuming: a
+   connection that drops mid-file is resumed with an HTTP Range request by huggingface_hub (5 tries without
+   progress); a rerun after an interruption skips every file already complete for that commit.
+   (huggingface_hub 2.x discards a partial file when its process fails, so an interrupted file restarts
+   from its beginning.)
+7. ``station verify`` runs with the expectations given; its stamp is the only proof of a usable checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import errno
+import fnmatch
+import logging
+import os
+import re
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vllm_station.errors import StationError, Unreachable, UsageError
+from vllm_station.report import dump_json
+from vllm_station.verify import (
+    CONFIG_NAME,
+    INDEX_NAME,
+    QUANT_CONFIG_NAME,
+    HashRecord,
+    RecordedFile,
+    VerifyReport,
+    expectations_from_args,
+    failure_message,
+    read_hash_record,
+    remove_stamp,
+    render,
+    verify_checkpoint,
+    write_hash_record,
+)
+
+HELP = "download a pinned model revision bound to NUMA node 0, then verify it"
+
+log = logging.getLogger("vllm_station.download")
+
+COMMIT_RE = re.compile(r"[0-9a-f]{40}")
+ALWAYS = (CONFIG_NAME, INDEX_NAME, QUANT_CONFIG_NAME)  # verify needs them whatever --include says
+HEADROOM_BYTES = 16 * 1024 * 1024  # free space kept beyond the files themselves
+API_TIMEOUT_S = 30.0
+ETAG_TIMEOUT_S = 30.0
+
+
+@dataclass
+class DownloadReport:
+    repo: str
+    requested_revision: str
+    revision: str
+    dir: str
+    membind: str | None
+    files: int
+    bytes: int
+    downloaded_files: int
+    skipped_files: int
+    seconds: float
+    offline: bool = False
+    verify: VerifyReport | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class HubFile:
+    path: str
+    size: int
+    sha256: str | None
+    blob_id: str | None
+
+
+class DownloadFailed(StationError):
+    pass
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("repo", metavar="REPO", help="model repository, e.g. nvidia/GLM-5.3-Flash-NVFP4")
+    parser.add_argument(
+        "--revision", required=True, metavar="REV", help="40-hex commit (a branch needs --allow-branch)"
+    )
+    parser.add_argument(
+        "--dir", required=True, type=Path, metavar="DIR", help="target directory (the checkpoint)"
+    )
+    parser.add_argument(
+        "--include", nargs="+", action="extend", metavar="GLOB", default=None,
+        help=f"only files matching these globs (plus {', '.join(ALWAYS)} when present)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--token-file", type=Path, metavar="F", help="file holding the hub token (else $HF_TOKEN)"
+    )
+    parser.add_argument(
+        "--allow-branch",
+        action="store_true",
+        help="accept a branch/tag: resolve it to a commit now and record it",
+    )
+    bind = parser.add_mutually_exclusive_group()
+    bind.add_argument(
+        "--membind", default="0", metavar="NODES", help="NUMA nodes for this process (default 0)"
+    )
+    bind.add_argument("--no-membind", action="store_true", help="do not bind memory (machines without NUMA)")
+    parser.add_argument("--expect-arch", metavar="NAME", help="passed to verify")
+    parser.add_argument("--expect-quant-algo", metavar="ALGO", help="passed to verify")
+    parser.add_argument("--expect-shards", metavar="N", type=int, help="passed to verify")
+    parser.add_argument(
+        "--sha256", action="store_true", help="verify: also compare full sha256 with the hub's"
+    )
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().upper() in {"1", "ON", "YES", "TRUE"}
+
+
+def bind_memory(spec: str) -> str:
+    from vllm_station.host import numa
+
+    try:
+        policy = numa.set_membind(numa.parse_nodes(spec))
+    except numa.NumaUnavailable as exc:
+        raise StationError(f"{exc} — to download without a NUMA binding pass --no-membind") from exc
+    except OSError as exc:
+        raise StationError(f"cannot bind memory to NUMA nodes {spec}: {exc}") from exc
+    return policy.describe()
+
+
+def read_token(token_file: Path | None) -> tuple[str | None, str]:
+    """(token, where it came from) — the token itself is never logged or printed."""
+    if token_file is not None:
+        try:
+            text = token_file.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"cannot read --token-file {token_file}: {exc.strerror or exc}") from exc
+        lines = text.strip().splitlines()
+        token = lines[0].strip() if lines else ""
+        if not token:
+            raise UsageError(f"--token-file {token_file} is empty")
+        return token, f"from --token-file {token_file}"
+    env = os.environ.get("HF_TOKEN", "").strip()
+    if env:
+        return env, "from $HF_TOKEN"
+    return None, "none given: only huggingface_hub's stored login, if any, was sent"
+
+
+def _select(files: list[HubFile], include: list[str] | None) -> list[HubFile]:
+    if not include:
+        return files
+    picked = [f for f in files if f.path in ALWAYS or any(fnmatch.fnmatch(f.path, g) for g in include)]
+    if not any(f.path not in ALWAYS for f in picked):
+        raise UsageError(f"--include {' '.join(include)} matches no file of the repository")
+    return picked
+
+
+def _gb(n: float) -> str:
+    """Human size in decimal units (what the hub and `df -H` show)."""
+    for unit, div in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(n) >= div:
+            return f"{n / div:,.1f} {unit}"
+    return f"{int(n)} B"
+
+
+def _is_complete(directory: Path, f: HubFile) -> bool:
+    p = directory / f.path
+    try:
+        return p.is_file() and p.stat().st_size == f.size
+    except OSError:
+        return False
+
+
+def check_space(directory: Path, files: list[HubFile]) -> int:
+    """Raise when the files still to fetch do not fit; returns the bytes still needed."""
+    needed = sum(f.size for f in files if not _is_complete(directory, f))
+    present = sum(f.size for f in files) - needed
+    free = shutil.disk_usage(directory).free
+    if needed + HEADROOM_BYTES > free:
+        raise DownloadFailed(
+            f"not enough disk space in {directory}: {len(files)} files need {_gb(needed)} more "
+            f"({_gb(present)} already present) plus {HEADROOM_BYTES // 2**20} MiB headroom, "
+            f"only {_gb(free)} free; "
+            "free space or choose another --dir"
+        )
+    return needed
+
+
+def _status_of(exc: BaseException) -> int | None:
+    response = getattr(exc, "response", None)
+    status = getattr(response, "status_code", None)
+    return status if isinstance(status, int) else None
+
+
+def hub_error(exc: BaseException, *, repo: str, revision: str, endpoint: str, token_origin: str,
+              what: str) -> StationError:  # fmt: skip
+    """Turn a huggingface_hub / network exception into one operator message."""
+    from huggingface_hub import errors as hf_errors
+
+    status = _status_of(exc)
+    if isinstance(exc, hf_errors.RevisionNotFoundError):
+        return DownloadFailed(
+            f"revision {revision} not found in {repo} (HTTP {status or 404} from {endpoint}): "
+            "check the commit id on the repository's history page"
+        )
+    if status in (401, 403) or isinstance(exc, hf_errors.GatedRepoError):
+        return DownloadFailed(
+            f"HTTP {status} from {endpoint} for {repo} ({what}): the token ({token_origin}) is missing, "
+            "invalid or has no access; for a gated model accept its license on the hub, pass --token-file"
+        )
+    if isinstance(exc, hf_errors.RepositoryNotFoundError):
+        return DownloadFailed(
+            f"repository {repo} not found (HTTP {status or 404} from {endpoint}): check the name"
+        )
+    if isinstance(exc, hf_errors.RemoteEntryNotFoundError):
+        return DownloadFailed(f"{what}: not found at {revision} (HTTP {status or 404}); the listing changed?")
+    if isinstance(exc, hf_errors.HfHubHTTPError):
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return DownloadFailed(f"HTTP {status} from {endpoint} ({what}): {first}")
+    if isinstance(exc, hf_errors.OfflineModeIsEnabled):
+        return DownloadFailed(f"{what}: HF_HUB_OFFLINE is set for huggingface_hub: {exc}")
+    mod = type(exc).__module__
+    if mod.startswith(("httpx", "httpcore", "requests", "urllib3")) or isinstance(exc, ConnectionError):
+        return Unreachable(f"cannot reach the hub at {endpoint} ({what}): {type(exc).__name__}: {exc}")
+    return DownloadFailed(f"{what}: {type(exc).__name__}: {exc}")
+
+
+def _interrupted(directory: Path, f: HubFile, done: int, total: int, exc: BaseException) -> DownloadFailed:
+    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    cause = exc.__cause__ or exc.__context__
+    if cause is not None and cause is not exc and str(cause).strip() not in reason:
+        reason += f" (cause: {type(cause).__name__}: {str(cause).strip()[:200]})"
+    return DownloadFailed(
+        f"download of {f.path} interrupted ({done}/{total} files complete): {type(exc).__name__}: {reason}; "
+        f"rerun the same command to resume — complete files in {directory} are kept and not fetched again"
+    )
+
+
+def list_hub_files(api: Any, repo: str, revision: str) -> tuple[str, list[HubFile]]:
+    info = api.model_info(repo, revision=revision, files_metadata=True, timeout=API_TIMEOUT_S)
+    if not info.sha:
+        raise DownloadFailed(f"the hub returned no commit id for {repo}@{revision}")
+    files: list[HubFile] = []
+    for s in info.siblings or []:
+        lfs = s.lfs
+        size = s.size if s.size is not None else (lfs.size if lfs is not None else None)
+        if size is None:
+            raise DownloadFailed(f"the hub reported no size for {s.rfilename}: cannot check disk space")
+        files.append(
+            HubFile(path=s.rfilename, size=int(size), sha256=lfs.sha256 if lfs else None, blob_id=s.blob_id)
+        )
+    if not files:
+        raise DownloadFailed(f"{repo}@{revision} lists no files")
+    return str(info.sha), files
+
+
+def offline(args: argparse.Namespace, directory: Path) -> tuple[str, int]:
+    """HF_HUB_OFFLINE: accept only a complete earlier download of this exact commit."""
+    if not COMMIT_RE.fullmatch(args.revision):
+        raise DownloadFailed(
+            f"HF_HUB_OFFLINE is set: cannot resolve {args.revision!r} to a commit; pass the commit"
+        )
+    try:
+        record = read_hash_record(directory)
+    except ValueError as exc:
+        raise DownloadFailed(
+            f"HF_HUB_OFFLINE is set and {directory} has an unreadable hash record: {exc}"
+        ) from exc
+    if record is None or record.revision != args.revision or record.repo != args.repo:
+        raise DownloadFailed(
+            f"HF_HUB_OFFLINE is set and {directory} holds no download of {args.repo}@{args.revision}; "
+            "unset HF_HUB_OFFLINE to fetch it"
+        )
+    missing = [p for p, r in record.files.items() if not (directory / p).is_file()
+               or (r.size is not None and (directory / p).stat().st_size != r.size)]  # fmt: skip
+    if missing:
+        raise DownloadFailed(
+            f"HF_HUB_OFFLINE is set and the download in {directory} is incomplete "
+            f"({len(missing)} files missing or short: {', '.join(sorted(missing)[:5])}); "
+            "unset HF_HUB_OFFLINE to finish it"
+        )
+    return args.revision, sum(r.size or 0 for r in record.files.values())
+
+
+def run(args: argparse.Namespace) -> int:
+    started = time.monotonic()
+    # 1. the binding comes first: every page this process caches from here on lands on these nodes
+    membind = None if args.no_membind else bind_memory(args.membind)
+    if membind:
+        print(f"station download: memory bound to {membind} (kernel read-back)", file=sys.stderr)
+    expect = expectations_from_args(args)
+    if not COMMIT_RE.fullmatch(args.revision) and not args.allow_branch:
+        raise UsageError(
+            f"--revision {args.revision!r} is not a 40-hex commit: branches and tags move, so the checkpoint "
+            "would not be reproducible; pin the commit, or pass --allow-branch to resolve it now and record "
+            "the commit"
+        )
+    token, token_origin = read_token(args.token_file)
+    directory: Path = args.dir
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DownloadFailed(f"cannot create {directory}: {exc.strerror or exc}") from exc
+
+    if _truthy(os.environ.get("HF_HUB_OFFLINE")):
+        commit, total = offline(args, directory)
+        report = DownloadReport(
+            repo=args.repo, requested_revision=args.revision, revision=commit, dir=str(directory),
+            membind=membind,
+            files=0, bytes=total, downloaded_files=0, skipped_files=0, seconds=0.0, offline=True,
+        )  # fmt: skip
+        return _finish(args, report, expect, started)
+
+    from huggingface_hub import HfApi, hf_hub_download
+
+    endpoint = (os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
+    api = HfApi(endpoint=endpoint, token=token)
+    ctx = {"repo": args.repo, "revision": args.revision, "endpoint": endpoint, "token_origin": token_origin}
+    try:
+        commit, listed = list_hub_files(api, args.repo, args.revision)
+    except StationError:
+        raise
+    except Exception as exc:
+        raise hub_error(exc, what="listing the files", **ctx) from exc
+    if COMMIT_RE.fullmatch(args.revision) and commit != args.revision:
+        raise DownloadFailed(f"asked for commit {args.revision}, the hub answered with {commit}")
+    if commit != args.revision:
+        print(
+            f"station download: --allow-branch: {args.revision} is commit {commit} (recorded)",
+            file=sys.stderr,
+        )
+    files = _select(listed, args.include)
+
+    check_space(directory, files)
+    remove_stamp(directory)
+    previous = None
+    with contextlib.suppress(ValueError):
+        previous = read_hash_record(directory)
+    if previous is not None and previous.revision not in (None, commit):
+        print(
+            f"station download: {directory} held {previous.revision}; replacing it with {commit}",
+            file=sys.stderr,
+        )
+    write_hash_record(
+        directory,
+        HashRecord(
+            repo=args.repo, revision=commit, requested_revision=args.revision, endpoint=endpoint,
+            files={f.path: RecordedFile(size=f.size, sha256=f.sha256,
+                                        git_blob_sha1=None if f.sha256 else f.blob_id)
+                   for f in files},
+        ),
+    )  # fmt: skip
+
+    downloaded = skipped = 0
+    total_bytes = sum(f.size for f in files)
+    ctx["revision"] = commit
+    for i, f in enumerate(files, 1):
+        t0 = time.monotonic()
+        before = _is_complete(directory, f)
+        try:
+            hf_hub_download(
+                repo_id=args.repo, filename=f.path, revision=commit, local_dir=str(directory), token=token,
+                endpoint=endpoint, etag_timeout=ETAG_TIMEOUT_S,
+            )  # fmt: skip
+        except KeyboardInterrupt:
+            raise
+        except OSError as exc:
+            if exc.errno == errno.ENOSPC:
+                free = shutil.disk_usage(directory).free
+                raise DownloadFailed(
+                    f"disk full while writing {f.path} ({_gb(f.size)}) into {directory} "
+                    f"({_gb(free)} free now): "
+                    f"{i - 1}/{len(files)} files are complete and kept; free space and rerun the same command"
+                ) from exc
+            if _status_of(exc) is not None:
+                raise hub_error(exc, what=f.path, **ctx) from exc
+            raise _interrupted(directory, f, i - 1, len(files), exc) from exc
+        except Exception as exc:
+            if _status_of(exc) is not None:
+                raise hub_error(exc, what=f.path, **ctx) from exc
+            raise _interrupted(directory, f, i - 1, len(files), exc) from exc
+        dt = time.monotonic() - t0
+        if before:
+            skipped += 1
+        else:
+            downloaded += 1
+        rate = f" at {f.size / dt / 1e6:,.0f} MB/s" if dt > 0 and not before else ""
+        state = "already complete" if before else f"done in {dt:.1f} s{rate}"
+        print(f"[{i}/{len(files)}] {f.path} ({_gb(f.size)}): {state}", file=sys.stderr)
+
+    report = DownloadReport(
+        repo=args.repo, requested_revision=args.revision, revision=commit, dir=str(directory),
+        membind=membind,
+        files=len(files), bytes=total_bytes, downloaded_files=downloaded, skipped_files=skipped, seconds=0.0,
+    )  # fmt: skip
+    return _finish(args, report, expect, started)
+
+
+def _finish(args: argparse.Namespace, report: DownloadReport, expect: Any, started: float) -> int:
+    from vllm_station.errors import CheckFailed
+
+    result = verify_checkpoint(
+        Path(report.dir), expect, sha256=args.sha256, repo=report.repo, revision=report.revision
+    )
+    report.verify = result
+    report.seconds = round(time.monotonic() - started, 3)
+    if args.json:
+        dump_json(report)
+    else:
+        print(
+            f"download {report.repo}@{report.revision} → {report.dir}: {report.downloaded_files} fetched, "
+            f"{report.skipped_files} already complete, {_gb(report.bytes)}, "
+            f"membind {report.membind or 'none'}"
+            f"{' (offline)' if report.offline else ''}, {report.seconds:.1f} s"
+        )
+        render(result, json_out=False)
+    if not result.ok:
+        raise CheckFailed("download finished but " + failure_message(result))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from vllm_station.cli import command_main
+
+    return command_main("download", argv)

@@ -1,0 +1,688 @@
+"""`station nccl-check`: classify the NCCL transport between the two stations from NCCL's log lines.
+
+NCCL (with `NCCL_DEBUG=INFO`) prints which network it picked and how every channel connects::
+
+    host:12:34 [0] NCCL INFO NET/IB : Using [0]mlx5_1:1/RoCE [RO]; OOB cx8r1:10.0.0.1<0>
+    host:12:34 [0] NCCL INFO Using network IB
+    host:12:40 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0/GDRDMA
+    host:12:40 [0] NCCL INFO Connected all rings, use ring PXN 0 GDR 1
+
+The verdict (docs/nccl-check.md lists every recognised line and where NCCL prints it):
+
+- PASS    GPUDirect RDMA over IB/RoCE: every network channel `via NET/IB…/GDRDMA`.
+- WARN    IB/RoCE without GPUDirect RDMA: a `via NET/IB/<n>` channel without `/GDRDMA` (data is
+          staged through host memory). `--require-gdr` turns this into a FAIL.
+- FAIL    socket fallback (`via NET/Socket/<n>` or `Using network Socket`): the pair would serve
+          ~10× slower; or an IB/RDMA/GID error (`NCCL WARN Call to ibv_modify_qp failed …`).
+- PENDING no transport line yet (NCCL has not connected, or `NCCL_DEBUG=INFO` is not set).
+
+Exit codes: 0 PASS or WARN, 1 FAIL, 2 the log could not be read (missing file, no journalctl,
+no permission), 4 PENDING (0 with `--pending-ok`). `--wait SECONDS` polls until the verdict is
+final or the time is up.
+
+The classifier (`Scanner`) is pure: lines in, `NcclReport` out; the CLI adapter reads the sources.
+"""
+
+from __future__ import annotations
+
+import argparse
+import enum
+import logging
+import os
+import re
+import selectors
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+from vllm_station.errors import UsageError
+from vllm_station.report import dump_json
+
+log = logging.getLogger(__name__)
+
+HELP = "classify the NCCL transport (GPUDirect RDMA / IB / socket) from logs"
+
+EXIT_PASS = 0
+EXIT_FAIL = 1
+EXIT_UNREADABLE = 2
+EXIT_PENDING = 4
+
+SOCKET_FALLBACK = "socket fallback: the pair would serve ~10× slower"
+MAX_EVIDENCE = 12
+JOURNAL_TIMEOUT_S = 30.0
+
+
+class Status(enum.StrEnum):
+    PASS = "PASS"
+    WARN = "WARN"
+    FAIL = "FAIL"
+    PENDING = "PENDING"
+
+
+class Transport(enum.StrEnum):
+    IB_GDRDMA = "ib-gdrdma"  # GPUDirect RDMA over InfiniBand / RoCE
+    IB = "ib"  # InfiniBand / RoCE, data staged through host memory
+    SOCKET = "socket"  # TCP sockets
+    OTHER = "other"  # a network plugin this tool does not know
+
+
+# --- NCCL's line formats (see docs/nccl-check.md for the source of each) ----------------------------
+
+# `INFO(NCCL_INIT|NCCL_NET, "Channel %02d/%d : %d[%d] -> %d[%d] [send] via NET/%s/%d%s%s%s", …)`
+# (src/transport/net.cc); NCCL <= 2.11 printed "Channel 00 : 0[1b000] -> 1[1b000] …" (bus ids).
+_CHANNEL = re.compile(
+    r"\bChannel\s+\d+(?:/\d+)?\s*:\s*\d+\[[0-9a-fA-Fx]+\]\s*->\s*\d+\[[0-9a-fA-Fx]+\]"
+    r"(?:\s*\[(?P<dir>send|receive)\])?\s+via\s+(?P<via>\S+)"
+)
+# `INFO(NCCL_INIT, "Using network %s", comm->ncclNet->name)` (src/init.cc)
+_USING_NETWORK = re.compile(r"\bNCCL INFO Using network (?P<name>\S+)")
+# `INFO(…, "NET/IB : Using%s %s; OOB %s:%s", line, "[RO]"|"", ifName, addr)` (src/transport/net_ib/init.cc)
+_NET_IB_USING = re.compile(r"\bNET/IB\s*:\s*Using(?P<devs>[^;]*);\s*OOB\s+(?P<oob>\S+)")
+_IB_DEV = re.compile(r"\[\d+\](?P<dev>[^\s\[;]+)")
+# `INFO(…, "NET/Socket : Using%s", line)` with " [%d]%s:%s" per interface (src/transport/net_socket.cc)
+_NET_SOCKET_USING = re.compile(r"\bNET/Socket\s*:\s*Using(?P<devs>.*)$")
+# `INFO(NCCL_NET, "NET/%s : GPU Direct RDMA %s for HCA %d '%s'", …)` (src/graph/topo.cc)
+_GDR_HCA = re.compile(r"\bGPU Direct RDMA (?P<state>Enabled|Disabled) for HCA (?P<idx>\d+) '(?P<name>[^']*)'")
+# `INFO(NCCL_INIT, "Connected all rings, use ring PXN %d GDR %d", …)` (src/transport/generic.cc);
+# NCCL <= 2.18 printed just "Connected all rings".
+_CONNECTED = re.compile(r"\bConnected all rings(?:, use ring PXN \d+ GDR (?P<gdr>\d))?")
+_NCCL_VERSION = re.compile(r"\bNCCL version (?P<version>\d+\.\d+\.\d+\S*)")
+_NCCL_LINE = re.compile(r"\bNCCL (?:INFO|WARN|TRACE)\b|\bNCCL version \d")
+_NCCL_WARN = re.compile(r"\bNCCL WARN\b\s*(?P<msg>.*)$")
+# WARN lines that are about the IB/RoCE path (ibvwrap.cc, net_ib/*.cc): a failed connection over the rail.
+_IB_ERROR = re.compile(r"ibv_|NET/IB|\bGID\b|\bgid\b|RoCE|mlx5|\bIB\b|completion from peer", re.IGNORECASE)
+# Fatal NCCL errors reported by PyTorch / vLLM (no NCCL WARN prefix).
+_FATAL = re.compile(r"\bNCCL error\b|\bncclSystemError\b|\bncclRemoteError\b|\bncclInternalError\b")
+_GID_HINT = re.compile(r"\bGID index\b|NCCL_IB_GID_INDEX", re.IGNORECASE)
+# Informational causes worth showing next to a socket fallback.
+_CAUSES = re.compile(
+    r"NET/IB\s*:\s*No device found|NCCL_IB_DISABLE set by environment to 1|NET/IB\s*:\s*No IP interface found"
+)
+_PLUGIN = re.compile(r"\bNET/Plugin\s*:?\s*(?P<msg>.*)$")
+
+
+@dataclass
+class Channels:
+    """How many network channel connections (send and receive lines) NCCL reported, by transport."""
+
+    gdrdma: int = 0
+    ib: int = 0
+    socket: int = 0
+    other: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.gdrdma + self.ib + self.socket + self.other
+
+
+@dataclass
+class NcclReport:
+    """The verdict. JSON keys are stable (documented in docs/nccl-check.md)."""
+
+    status: Status
+    transport: Transport | None
+    summary: str
+    fix: str | None
+    confirmed: bool  # "Connected all rings" seen: the connections were established, not only set up
+    network: str | None  # the `Using network X` name
+    nccl_version: str | None
+    ib_devices: list[str]
+    oob: str | None
+    socket_devices: list[str]
+    gdr_hcas: dict[str, bool]
+    channels: Channels
+    errors: list[str]
+    hints: list[str]  # NCCL's own HINT lines next to an error (e.g. about NCCL_IB_GID_INDEX)
+    warnings: list[str]
+    causes: list[str]
+    evidence: list[str]
+    lines_read: int
+    nccl_lines: int
+    source: str
+    exit_code: int = 0
+
+    @property
+    def final(self) -> bool:
+        """True when more log lines would not change the verdict (what `--wait` waits for)."""
+        if self.status is Status.FAIL:
+            return True
+        return self.status in (Status.PASS, Status.WARN) and self.confirmed
+
+
+@dataclass
+class Scanner:
+    """Feed NCCL log lines, get a report. Lines may carry any prefix (journald, docker, vLLM's
+    `(VllmWorker rank=0 pid=…)`): the formats are searched, not anchored."""
+
+    lines_read: int = 0
+    nccl_lines: int = 0
+    network: str | None = None
+    nccl_version: str | None = None
+    ib_devices: list[str] = field(default_factory=list)
+    oob: str | None = None
+    socket_devices: list[str] = field(default_factory=list)
+    gdr_hcas: dict[str, bool] = field(default_factory=dict)
+    channels: Channels = field(default_factory=Channels)
+    other_nets: list[str] = field(default_factory=list)
+    confirmed: bool = False
+    errors: list[str] = field(default_factory=list)
+    gid_hints: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    causes: list[str] = field(default_factory=list)
+    evidence: list[str] = field(default_factory=list)
+
+    def feed_text(self, text: str) -> None:
+        for line in text.splitlines():
+            self.feed(line)
+
+    def feed(self, raw: str) -> None:
+        line = raw.rstrip("\r\n").replace("\x00", "")
+        self.lines_read += 1
+        if not _NCCL_LINE.search(line) and not _FATAL.search(line) and "via NET/" not in line:
+            return
+        self.nccl_lines += 1
+        if m := _NCCL_VERSION.search(line):
+            self.nccl_version = self.nccl_version or m["version"]
+        if m := _NCCL_WARN.search(line):
+            msg = line.strip()
+            if _IB_ERROR.search(m["msg"]):
+                _add(self.errors, msg)
+            else:
+                _add(self.warnings, msg)
+            return
+        if _FATAL.search(line) and "NCCL INFO" not in line:
+            _add(self.errors, line.strip())
+            return
+        if _GID_HINT.search(line) and "HINT" in line:
+            _add(self.gid_hints, line.strip())
+            return
+        if m := _CHANNEL.search(line):
+            self._channel(m["via"], line)
+            return
+        if m := _USING_NETWORK.search(line):
+            self.network = m["name"]
+            self._evidence(line)
+            return
+        if m := _NET_IB_USING.search(line):
+            for dev in _IB_DEV.finditer(m["devs"]):
+                _add(self.ib_devices, dev["dev"])
+            self.oob = m["oob"]
+            self._evidence(line)
+            return
+        if m := _NET_SOCKET_USING.search(line):
+            for dev in _IB_DEV.finditer(m["devs"]):
+                _add(self.socket_devices, dev["dev"])
+            return
+        if m := _GDR_HCA.search(line):
+            self.gdr_hcas[m["name"]] = m["state"] == "Enabled"
+            self._evidence(line)
+            return
+        if _CONNECTED.search(line):
+            self.confirmed = True
+            self._evidence(line)
+            return
+        if _CAUSES.search(line):
+            _add(self.causes, line.strip())
+            return
+        if _PLUGIN.search(line):
+            self._evidence(line)
+
+    def _channel(self, via: str, line: str) -> None:
+        if not via.startswith("NET/"):
+            return  # P2P/IPC, SHM, CollNet: inside one station, not the rail
+        name = via.split("/")[1] if via.count("/") >= 1 else ""
+        gdr = "/GDRDMA" in via
+        if name.lower().startswith("ib"):  # IB, IBext, IBext_v8 (nccl-rdma-sharp-plugins)
+            if gdr:
+                self.channels.gdrdma += 1
+            else:
+                self.channels.ib += 1
+        elif name == "Socket":
+            self.channels.socket += 1
+        else:
+            self.channels.other += 1
+            _add(self.other_nets, name)
+        self._evidence(line)
+
+    def _evidence(self, line: str) -> None:
+        if len(self.evidence) < MAX_EVIDENCE:
+            _add(self.evidence, line.strip())
+
+    def report(self, source: str, require_gdr: bool = False) -> NcclReport:
+        status, transport, summary, fix = self._verdict()
+        if status is Status.WARN and require_gdr:
+            status = Status.FAIL
+            summary += " (--require-gdr)"
+        code = {
+            Status.PASS: EXIT_PASS,
+            Status.WARN: EXIT_PASS,
+            Status.FAIL: EXIT_FAIL,
+            Status.PENDING: EXIT_PENDING,
+        }[status]
+        return NcclReport(
+            status=status,
+            transport=transport,
+            summary=summary,
+            fix=fix,
+            confirmed=self.confirmed,
+            network=self.network,
+            nccl_version=self.nccl_version,
+            ib_devices=list(self.ib_devices),
+            oob=self.oob,
+            socket_devices=list(self.socket_devices),
+            gdr_hcas=dict(self.gdr_hcas),
+            channels=Channels(**vars(self.channels)),
+            errors=list(self.errors),
+            hints=list(self.gid_hints) if self.errors else [],
+            warnings=list(self.warnings),
+            causes=list(self.causes),
+            evidence=list(self.evidence),
+            lines_read=self.lines_read,
+            nccl_lines=self.nccl_lines,
+            source=source,
+            exit_code=code,
+        )
+
+    def _transport(self) -> Transport | None:
+        ch = self.channels
+        if ch.socket or (self.network or "").lower() == "socket":
+            return Transport.SOCKET
+        if ch.ib:
+            return Transport.IB
+        if ch.other:
+            return Transport.OTHER
+        if ch.gdrdma:
+            return Transport.IB_GDRDMA
+        return None
+
+    def _verdict(self) -> tuple[Status, Transport | None, str, str | None]:
+        transport = self._transport()
+        ch = self.channels
+        devices = ", ".join(self.ib_devices) or "no IB device line seen"
+        if self.errors:
+            gid = any(_GID_HINT.search(e) or "Invalid argument" in e for e in self.errors + self.gid_hints)
+            fix = (
+                "the configured GID index is wrong for this port: check pair.gidIndex / NCCL_IB_GID_INDEX "
+                "against /sys/class/infiniband/<hca>/ports/1/gid_attrs/types/<i> (it must be 'RoCE v2' and "
+                "carry the rail address) — `station preflight --only rdma-gid`"
+                if gid
+                else "check the rail on both stations (`station preflight --only pair`), the peer's journal, "
+                "and that both use the same GID type, MTU and NCCL_IB_HCA; "
+                "then restart the worker, then the head"
+            )
+            return (
+                Status.FAIL,
+                transport,
+                f"NCCL reported an RDMA/IB error: {_strip_prefix(self.errors[0])}",
+                fix,
+            )
+        if transport is Transport.SOCKET:
+            why = f" ({_strip_prefix(self.causes[0])})" if self.causes else ""
+            fix = (
+                "NCCL did not use the RoCE rail: check NCCL_IB_HCA names the rail HCA, "
+                "NCCL_IB_DISABLE is unset, "
+                "/dev/infiniband is visible in the container, LimitMEMLOCK=infinity, and "
+                "`station preflight --only pair`; then restart the worker, then the head"
+            )
+            figure = (
+                f"{ch.socket} channel(s) via NET/Socket" if ch.socket else f"Using network {self.network}"
+            )
+            return Status.FAIL, transport, f"{SOCKET_FALLBACK}: {figure}{why}", fix
+        if transport is Transport.IB:
+            disabled = [name for name, on in self.gdr_hcas.items() if not on]
+            why = f"; GPU Direct RDMA disabled for HCA {', '.join(disabled)}" if disabled else ""
+            return (
+                Status.WARN,
+                transport,
+                f"IB/RoCE without GPUDirect RDMA: {ch.ib} of {ch.total} channel(s) via NET/IB without "
+                f"/GDRDMA ({devices}){why}; data is staged through host memory",
+                "load the nvidia-peermem kernel module (or use DMA-BUF with an open GPU driver), check "
+                "NCCL_NET_GDR_LEVEL and that the GPU and the HCA share a PCIe/C2C path; "
+                "then restart the pair",
+            )
+        if transport is Transport.IB_GDRDMA:
+            tail = "" if self.confirmed else " (set up; 'Connected all rings' not seen yet)"
+            return (
+                Status.PASS,
+                transport,
+                f"GPUDirect RDMA over {_link_kind(self.ib_devices)} ({devices}): "
+                f"{ch.gdrdma} channel(s) via NET/IB/…/GDRDMA{tail}",
+                None,
+            )
+        if transport is Transport.OTHER:
+            return (
+                Status.WARN,
+                transport,
+                f"unrecognised NCCL network {', '.join(self.other_nets)}: {ch.other} channel(s); "
+                "this tool knows IB/RoCE and Socket",
+                "check the NCCL net plugin (NCCL_NET_PLUGIN) is the one you meant",
+            )
+        if self.network:
+            return (
+                Status.PENDING,
+                None,
+                f"NCCL picked network {self.network} ({devices}) but no channel has connected yet",
+                "wait: channels connect at the first collective (vLLM runs one while starting)",
+            )
+        if self.nccl_lines == 0:
+            return (
+                Status.PENDING,
+                None,
+                f"no NCCL lines in {self.lines_read} line(s) read",
+                "NCCL prints its transport only with NCCL_DEBUG=INFO in the serving environment "
+                "(services.vllm-station.pair sets it); the lines appear once the ranks connect",
+            )
+        return (
+            Status.PENDING,
+            None,
+            f"{self.nccl_lines} NCCL line(s), none naming the transport yet",
+            "wait: channels connect at the first collective (vLLM runs one while starting)",
+        )
+
+
+def _add(items: list[str], item: str) -> None:
+    if item not in items:
+        items.append(item)
+
+
+def _link_kind(devices: Iterable[str]) -> str:
+    kinds = {d.rsplit("/", 1)[-1] for d in devices if "/" in d}
+    if kinds == {"RoCE"}:
+        return "RoCE"
+    if kinds == {"IB"}:
+        return "InfiniBand"
+    return "IB/RoCE"
+
+
+_PREFIX = re.compile(r"^.*?\bNCCL (?:WARN|INFO)\s+")
+
+
+def _strip_prefix(line: str) -> str:
+    """`host:1:2 [0] misc/ibvwrap.cc:376 NCCL WARN Call to …` → `Call to …`
+    (the full line stays in `errors`)."""
+    return _PREFIX.sub("", line, count=1)
+
+
+def classify(text: str, source: str = "-", require_gdr: bool = False) -> NcclReport:
+    """Classify a whole log text."""
+    scanner = Scanner()
+    scanner.feed_text(text)
+    return scanner.report(source, require_gdr=require_gdr)
+
+
+# --- sources --------------------------------------------------------------------------------------
+
+
+def _decode(data: bytes) -> str:
+    return data.decode("utf-8", errors="replace")
+
+
+def read_log_file(path: Path) -> str:
+    try:
+        return _decode(path.read_bytes())
+    except FileNotFoundError as err:
+        raise UsageError(f"log file {path} does not exist") from err
+    except IsADirectoryError as err:
+        raise UsageError(f"{path} is a directory, not a log file") from err
+    except OSError as err:
+        raise UsageError(f"cannot read log file {path}: {err.strerror or err}") from err
+
+
+_JOURNAL_DENIED = re.compile(r"insufficient permissions|not seeing messages from other users", re.IGNORECASE)
+
+
+def _run(argv: list[str], what: str) -> subprocess.CompletedProcess[bytes]:
+    try:
+        return subprocess.run(argv, capture_output=True, timeout=JOURNAL_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired as err:
+        raise UsageError(f"{what} did not answer within {JOURNAL_TIMEOUT_S:.0f} s: {' '.join(argv)}") from err
+    except OSError as err:
+        raise UsageError(f"cannot run {argv[0]}: {err.strerror or err}") from err
+
+
+def invocation_id(unit: str) -> str | None:
+    """The unit's current invocation (`systemctl show -p InvocationID --value UNIT`); None if unknown."""
+    systemctl = shutil.which("systemctl")
+    if systemctl is None:
+        return None
+    proc = _run([systemctl, "show", "-p", "InvocationID", "--value", unit], "systemctl")
+    value = _decode(proc.stdout).strip()
+    return value if proc.returncode == 0 and re.fullmatch(r"[0-9a-f]{32}", value) else None
+
+
+def journal_argv(journalctl: str, unit: str, invocation: str | None) -> list[str]:
+    if invocation:  # only the lines of the current start, not a previous run's fallback
+        return [journalctl, f"_SYSTEMD_INVOCATION_ID={invocation}", "-o", "cat", "--no-pager"]
+    return [journalctl, "-u", unit, "-o", "cat", "--no-pager"]
+
+
+def read_unit(unit: str, all_invocations: bool = False) -> tuple[str, str]:
+    """The unit's journal text (current invocation unless `all_invocations`) and a source label."""
+    journalctl = shutil.which("journalctl")
+    if journalctl is None:
+        raise UsageError(
+            f"journalctl not found on PATH, so the journal of {unit} cannot be read; "
+            f"pass the log instead: `journalctl -u {unit} -o cat | station nccl-check -` or --log FILE"
+        )
+    invocation = None if all_invocations else invocation_id(unit)
+    argv = journal_argv(journalctl, unit, invocation)
+    proc = _run(argv, "journalctl")
+    err = _decode(proc.stderr).strip()
+    if _JOURNAL_DENIED.search(err):
+        raise UsageError(
+            f"journalctl cannot show the system journal to this user ({err.splitlines()[0]}); run as root, "
+            "add the user to group systemd-journal, or in a unit use `ExecStartPost=+station nccl-check …`"
+        )
+    if proc.returncode != 0:
+        raise UsageError(f"journalctl failed (exit {proc.returncode}): {err[:300] or 'no message'}")
+    label = f"unit {unit}" + (f" (invocation {invocation})" if invocation else "")
+    return _decode(proc.stdout), label
+
+
+@dataclass
+class Options:
+    unit: str | None
+    log_file: Path | None
+    stdin: bool
+    wait: float | None
+    interval: float
+    require_gdr: bool
+    pending_ok: bool
+    all_invocations: bool
+    json: bool
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> Options:
+        sources = [args.unit is not None, args.log is not None, args.source == "-"]
+        if args.source not in (None, "-"):
+            raise UsageError(
+                f"unexpected argument {args.source!r}: use --log FILE, --unit UNIT or - for stdin"
+            )
+        if sum(sources) != 1:
+            raise UsageError("give exactly one source: --unit UNIT, --log FILE or - (stdin)")
+        if args.wait is not None and args.wait < 0:
+            raise UsageError("--wait must be >= 0 seconds")
+        if args.interval <= 0:
+            raise UsageError("--interval must be > 0 seconds")
+        return cls(
+            unit=args.unit,
+            log_file=Path(args.log) if args.log is not None else None,
+            stdin=args.source == "-",
+            wait=args.wait,
+            interval=args.interval,
+            require_gdr=args.require_gdr,
+            pending_ok=args.pending_ok,
+            all_invocations=args.all_invocations,
+            json=args.json,
+        )
+
+
+def poll(
+    read: Callable[[], tuple[str, str]],
+    wait: float | None,
+    interval: float,
+    require_gdr: bool,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> NcclReport:
+    """Read and classify; with `wait`, re-read every `interval` s until the verdict is final or time is up."""
+    deadline = None if wait is None else clock() + wait
+    while True:
+        text, label = read()
+        report = classify(text, label, require_gdr=require_gdr)
+        if deadline is None or report.final:
+            return report
+        left = deadline - clock()
+        if left <= 0:
+            return _timed_out(report, wait)
+        sleep(min(interval, left))
+
+
+def _timed_out(report: NcclReport, wait: float | None) -> NcclReport:
+    if report.status is Status.PENDING:
+        report.summary = f"still pending after {wait:g} s: {report.summary}"
+    return report
+
+
+def stream(
+    fh: BinaryIO, wait: float | None, require_gdr: bool, clock: Callable[[], float] = time.monotonic
+) -> NcclReport:
+    """Classify a stream (stdin) line by line; with `wait`, stop at a final verdict, EOF or the deadline."""
+    scanner = Scanner()
+    if wait is None:
+        scanner.feed_text(_decode(fh.read()))
+        return scanner.report("stdin", require_gdr=require_gdr)
+    deadline = clock() + wait
+    eof = False
+    fd = fh.fileno()
+    sel = selectors.DefaultSelector()
+    sel.register(fd, selectors.EVENT_READ)
+    buf = b""
+    try:
+        while True:
+            left = deadline - clock()
+            if left <= 0:
+                break
+            if not sel.select(timeout=left):
+                continue
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                eof = True
+                break
+            buf += chunk
+            *lines, buf = buf.split(b"\n")
+            for raw in lines:
+                scanner.feed(_decode(raw))
+            if scanner.report("stdin").final:
+                return scanner.report("stdin", require_gdr=require_gdr)
+    finally:
+        sel.close()
+    if buf:
+        scanner.feed(_decode(buf))
+    report = scanner.report("stdin", require_gdr=require_gdr)
+    if report.final or eof:
+        return report
+    return _timed_out(report, wait)
+
+
+# --- CLI ------------------------------------------------------------------------------------------
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("source", nargs="?", metavar="-", help="read the log from stdin")
+    parser.add_argument(
+        "--unit", metavar="UNIT", help="read the journal of this systemd unit (current start)"
+    )
+    parser.add_argument("--log", metavar="FILE", help="read this log file (e.g. a saved container log)")
+    parser.add_argument(
+        "--wait",
+        type=float,
+        metavar="SECONDS",
+        help="poll until the verdict is final (a FAIL, or PASS/WARN with 'Connected all rings') "
+        "or the time is up",
+    )
+    parser.add_argument("--interval", type=float, default=5.0, help="seconds between polls with --wait (5)")
+    parser.add_argument(
+        "--require-gdr", action="store_true", help="IB without GPUDirect RDMA is a FAIL, not a WARN"
+    )
+    parser.add_argument(
+        "--pending-ok",
+        action="store_true",
+        help="no transport line yet (after --wait) exits 0 with a WARN line instead of 4",
+    )
+    parser.add_argument(
+        "--all-invocations",
+        action="store_true",
+        help="with --unit: read the unit's whole journal, not the current start",
+    )
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    opts = Options.from_args(args)
+    if opts.stdin:
+        report = stream(sys.stdin.buffer, opts.wait, opts.require_gdr)
+    else:
+        if opts.unit is not None:
+            unit = opts.unit
+
+            def read() -> tuple[str, str]:
+                return read_unit(unit, opts.all_invocations)
+        else:
+            assert opts.log_file is not None
+            path = opts.log_file
+
+            def read() -> tuple[str, str]:
+                return read_log_file(path), f"file {path}"
+
+        report = poll(read, opts.wait, opts.interval, opts.require_gdr)
+    if report.status is Status.PENDING and opts.pending_ok:
+        report.exit_code = EXIT_PASS
+    if opts.json:
+        dump_json(report)
+    else:
+        print(render(report))
+    if report.status is Status.WARN or (report.status is Status.PENDING and opts.pending_ok):
+        print(f"station nccl-check: WARN: {report.summary}", file=sys.stderr)
+    return report.exit_code
+
+
+def render(report: NcclReport) -> str:
+    lines = [f"{report.status.value:<8}{report.summary}"]
+    ch = report.channels
+    lines.append(f"  source:    {report.source} ({report.lines_read} lines, {report.nccl_lines} NCCL lines)")
+    if report.network or report.ib_devices:
+        devices = ", ".join(report.ib_devices) or "-"
+        lines.append(f"  network:   {report.network or '-'}; IB devices {devices}; OOB {report.oob or '-'}")
+    if ch.total:
+        lines.append(
+            f"  channels:  {ch.gdrdma} GDRDMA, {ch.ib} IB without GDR, {ch.socket} socket, {ch.other} other"
+        )
+    lines.append(f"  connected: {'yes' if report.confirmed else 'not yet'}")
+    sections = (
+        ("errors", report.errors),
+        ("hints", report.hints),
+        ("causes", report.causes),
+        ("warnings", report.warnings),
+    )
+    for title, items in sections:
+        if items:
+            lines.append(f"  {title}:")
+            lines.extend(f"    {item}" for item in items[:MAX_EVIDENCE])
+    if report.status is not Status.FAIL and report.evidence:
+        lines.append("  evidence:")
+        lines.extend(f"    {item}" for item in report.evidence)
+    if report.fix:
+        lines.append(f"  fix:       {report.fix}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from vllm_station.cli import command_main
+
+    return command_main("nccl-check", argv)

@@ -1,0 +1,150 @@
+"""`station preflight [--config FILE] [flags] [--json] [--only a,b] [--root DIR]`.
+
+Exit 0 when no check FAILs (WARN and SKIP included), 1 when any FAILs, 2 on usage errors.
+The `--json` document is versioned and documented in docs/preflight.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from vllm_station.errors import UsageError
+from vllm_station.preflight.core import (
+    CheckResult,
+    Context,
+    PreflightConfig,
+    Status,
+    exit_code,
+    load_checks,
+    run_checks,
+)
+
+HELP = "know before you start: NUMA, page cache, GPU, checkpoint, disk, port"
+JSON_VERSION = 1
+
+# flag → config field for the overrides that work without a config file
+_OVERRIDES: tuple[tuple[str, str, type, str], ...] = (
+    ("--host", "host", str, "serving address"),
+    ("--port", "port", int, "serving port"),
+    ("--model", "model", str, "model repo id or path"),
+    ("--model-dir", "model_dir", str, "local checkpoint directory (with the verify stamp)"),
+    ("--revision", "revision", str, "pinned checkpoint revision"),
+    ("--gpu-node", "gpu_node", int, "NUMA node holding GPU memory"),
+    ("--max-file-pages-gib", "max_file_pages_gib", float, "page-cache threshold on the GPU node (GiB)"),
+    ("--gpu-memory-utilization", "gpu_memory_utilization", float, "vLLM's --gpu-memory-utilization"),
+    ("--max-model-len", "max_model_len", int, "vLLM's --max-model-len"),
+    ("--max-num-seqs", "max_num_seqs", int, "vLLM's --max-num-seqs"),
+    ("--kv-cache-dtype", "kv_cache_dtype", str, "vLLM's --kv-cache-dtype"),
+    ("--runtime", "runtime", str, "docker or podman (image check)"),
+    ("--image", "image", str, "pinned image name@sha256:…"),
+)
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", type=Path, help="preflight JSON written by the NixOS module")
+    parser.add_argument(
+        "--json", action="store_true", help="print the stable JSON report (docs/preflight.md)"
+    )
+    parser.add_argument("--only", help="comma-separated check names or groups (see --list)")
+    parser.add_argument(
+        "--root", type=Path, default=Path("/"), help="filesystem root for /sys, /proc and paths"
+    )
+    parser.add_argument("--list", action="store_true", help="list the checks and exit")
+    group = parser.add_argument_group("overrides (take precedence over --config)")
+    for flag, dest, kind, text in _OVERRIDES:
+        group.add_argument(flag, dest=f"set_{dest}", type=kind, default=None, help=text)
+
+
+@dataclass
+class PreflightReport:
+    version: int
+    status: str  # worst of the checks: PASS | WARN | FAIL (SKIP-only runs read PASS)
+    exit_code: int
+    root: str
+    config: str | None
+    summary: dict[str, int]
+    elapsed_ms: float
+    checks: list[CheckResult] = field(default_factory=list)
+
+
+def build_config(args: argparse.Namespace) -> PreflightConfig:
+    config = PreflightConfig.load(args.config) if args.config else PreflightConfig()
+    for _, dest, _, _ in _OVERRIDES:
+        value = getattr(args, f"set_{dest}")
+        if value is not None:
+            setattr(config, dest, value)
+    if not 0 < config.gpu_memory_utilization <= 1:
+        raise UsageError(f"gpuMemoryUtilization must be in (0, 1], got {config.gpu_memory_utilization}")
+    if config.max_model_len <= 0 or config.max_num_seqs <= 0:
+        raise UsageError("maxModelLen and maxNumSeqs must be positive")
+    if config.runtime not in (None, "docker", "podman"):
+        raise UsageError(f"runtime must be docker, podman or null, got {config.runtime!r}")
+    return config
+
+
+def make_report(
+    results: list[CheckResult], root: Path, config: Path | None, elapsed_ms: float
+) -> PreflightReport:
+    summary = {s.value: sum(1 for r in results if r.status is s) for s in Status}
+    worst = "FAIL" if summary["FAIL"] else "WARN" if summary["WARN"] else "PASS"
+    return PreflightReport(
+        version=JSON_VERSION,
+        status=worst,
+        exit_code=exit_code(results),
+        root=str(root),
+        config=str(config) if config else None,
+        summary=summary,
+        elapsed_ms=round(elapsed_ms, 3),
+        checks=results,
+    )
+
+
+def render(report: PreflightReport) -> str:
+    width = max((len(r.name) for r in report.checks), default=5)
+    lines = []
+    for r in report.checks:
+        lines.append(f"{r.status.value:<4}  {r.name:<{width}}  {r.figure}")
+        pad = " " * (width + 8)
+        if r.status is not Status.PASS and r.threshold:
+            lines.append(f"{pad}threshold: {r.threshold}")
+        if r.status is not Status.PASS and r.fix:
+            lines.append(f"{pad}fix: {r.fix}")
+    s = report.summary
+    lines.append(
+        f"preflight: {s['PASS']} pass, {s['WARN']} warn, {s['FAIL']} fail, {s['SKIP']} skip "
+        f"({report.elapsed_ms:.0f} ms) → exit {report.exit_code}"
+    )
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.list:
+        for spec in load_checks().values():
+            print(f"{spec.name:<16} {spec.group:<8} {spec.description}")
+        return 0
+    config = build_config(args)
+    root = args.root
+    if not root.is_dir():
+        raise UsageError(f"--root {root} is not a directory")
+    only = [item.strip() for item in args.only.split(",") if item.strip()] if args.only else None
+    ctx = Context(root=root, config=config, env=dict(os.environ))
+    start = time.perf_counter()
+    results = run_checks(ctx, only)
+    report = make_report(results, root, args.config, (time.perf_counter() - start) * 1000)
+    if args.json:
+        from vllm_station.report import dump_json
+
+        dump_json(report)
+    else:
+        print(render(report))
+    return report.exit_code
+
+
+def main(argv: list[str] | None = None) -> int:
+    from vllm_station.cli import command_main
+
+    return command_main("preflight", argv)

@@ -1,0 +1,695 @@
+"""Two-station preflight checks (group "pair"; they run when the config has a `pair` section).
+
+- `rail-link`     the rail interface exists and is up (`/sys/class/net/<iface>/operstate`)
+- `rail-mtu`      its MTU is 9000 (WARN otherwise: RoCE runs, slower and with smaller RDMA MTU)
+- `rdma-device`   the RDMA device exists (`/sys/class/infiniband/<hca>`), port 1 ACTIVE, and it is the
+                  HCA of the rail interface
+- `rdma-gid`      the configured GID index exists on port 1, is non-zero, is RoCE v2, belongs to the
+                  rail interface and carries this station's rail address
+- `rail-peer`     the peer answers on the rail: TCP connect from our rail address to the peer's
+                  rail address and masterPort (refused = answered, nothing listening yet: WARN;
+                  no answer or no route: FAIL)
+- `memlock`       RLIMIT_MEMLOCK is unlimited (RDMA registers GPU/host memory; it fails without it)
+- `pair-revision` both stations' verify stamps name the same repo, revision and files; the peer's
+                  stamp comes from `pair.peerStampUrl` (http(s) URL, `file://` URL or a path) —
+                  docs/pair.md describes how the peer publishes it
+
+Every check reads sysfs/procfs under `ctx.root`, so tests run against prepared trees.
+"""
+
+from __future__ import annotations
+
+import errno
+import ipaddress
+import json
+import resource
+import socket
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import httpx
+
+from vllm_station.preflight.checks import STAMP_NAME, read_stamp
+from vllm_station.preflight.core import CheckResult, Context, PairConfig, SkipCheck, Status, check
+
+EXPECTED_MTU = 9000
+PEER_CONNECT_TIMEOUT_S = 2.0
+PEER_STAMP_TIMEOUT_S = 3.0
+ROCE_V2 = "RoCE v2"
+NET_DIR = "sys/class/net"
+IB_DIR = "sys/class/infiniband"
+PORT = "1"  # the ConnectX rail HCAs are single-port functions; NCCL uses port 1 of NCCL_IB_HCA
+
+
+# --- config helpers ------------------------------------------------------------------------------
+
+
+def _pair(ctx: Context) -> PairConfig:
+    pair = ctx.config.pair
+    if pair is None:  # the runner does not call pair checks without a pair; be safe when called directly
+        raise SkipCheck("no pair configured (config 'pair' is null)")
+    return pair
+
+
+def _pair_raw(ctx: Context) -> dict[str, Any]:
+    raw = ctx.config.raw.get("pair")
+    return raw if isinstance(raw, dict) else {}
+
+
+def _expected_mtu(ctx: Context) -> int:
+    value = _pair_raw(ctx).get("mtu", EXPECTED_MTU)
+    return value if isinstance(value, int) and not isinstance(value, bool) else EXPECTED_MTU
+
+
+def _addresses(pair: PairConfig) -> tuple[str | None, str | None]:
+    """(this station's rail address, the peer's) by role."""
+    if pair.role == "worker":
+        return pair.worker_address, pair.head_address
+    return pair.head_address, pair.worker_address
+
+
+def _missing(name: str, option: str, what: str) -> CheckResult:
+    return CheckResult(
+        name,
+        Status.FAIL,
+        f"pair.{option} is not set: {what}",
+        fix=f"set services.vllm-station.pair.{option} (the preflight config key pair.{option})",
+    )
+
+
+def _read(path: Path) -> str | None:
+    """A sysfs file's stripped text; None when missing; OSError text for unreadable (e.g. EINVAL)."""
+    try:
+        return path.read_text(encoding="ascii", errors="replace").strip()
+    except FileNotFoundError:
+        return None
+
+
+def _listing(directory: Path) -> list[str]:
+    try:
+        return sorted(p.name for p in directory.iterdir())
+    except OSError:
+        return []
+
+
+# --- rail interface ------------------------------------------------------------------------------
+
+
+@check("rail-link", group="pair", description="the rail interface exists and is up (operstate)")
+def rail_link(ctx: Context) -> CheckResult:
+    pair = _pair(ctx)
+    iface = pair.rail_interface
+    if not iface:
+        return _missing("rail-link", "railInterface", "which interface carries the RoCE rail")
+    directory = ctx.root / NET_DIR / iface
+    threshold = "operstate up"
+    if not directory.is_dir():
+        present = [n for n in _listing(ctx.root / NET_DIR) if n != "lo"]
+        return CheckResult(
+            "rail-link",
+            Status.FAIL,
+            f"rail interface {iface} does not exist (interfaces: {', '.join(present) or 'none'})",
+            threshold,
+            "check pair.railInterface against `ip -br link` (ConnectX-8 rails are named like cx8r1 "
+            "by the host's udev/systemd-networkd rules)",
+            {"interface": iface, "present": present},
+        )
+    state = _read(directory / "operstate")
+    details: dict[str, Any] = {"interface": iface, "operstate": state}
+    speed = _safe_read(directory / "speed")
+    if speed and speed.lstrip("-").isdigit() and int(speed) > 0:
+        details["speed_mbps"] = int(speed)
+    if state == "up":
+        rate = f", {details['speed_mbps'] // 1000} Gb/s" if "speed_mbps" in details else ""
+        return CheckResult("rail-link", Status.PASS, f"{iface} up{rate}", threshold, details=details)
+    if state == "unknown":
+        return CheckResult(
+            "rail-link",
+            Status.WARN,
+            f"{iface} operstate 'unknown' (the driver does not report link state)",
+            threshold,
+            f"confirm the link with `ip link show {iface}` and `ibv_devinfo` (state PORT_ACTIVE)",
+            details,
+        )
+    return CheckResult(
+        "rail-link",
+        Status.FAIL,
+        f"{iface} is {state or 'in no readable state'} (operstate)",
+        threshold,
+        f"bring the rail up (`ip link set {iface} up`; check the cable/transceiver and the switch "
+        "port) and make the network config persistent",
+        details,
+    )
+
+
+def _safe_read(path: Path) -> str | None:
+    try:
+        return _read(path)
+    except OSError:  # speed of a down link reads EINVAL
+        return None
+
+
+@check("rail-mtu", group="pair", description="the rail interface's MTU is 9000 (WARN otherwise)")
+def rail_mtu(ctx: Context) -> CheckResult:
+    pair = _pair(ctx)
+    iface = pair.rail_interface
+    if not iface:
+        return _missing("rail-mtu", "railInterface", "which interface carries the RoCE rail")
+    expected = _expected_mtu(ctx)
+    threshold = f"MTU {expected}"
+    directory = ctx.root / NET_DIR / iface
+    if not directory.is_dir():
+        raise SkipCheck(f"rail interface {iface} does not exist (see rail-link)")
+    text = _read(directory / "mtu")
+    if text is None or not text.isdigit():
+        return CheckResult(
+            "rail-mtu",
+            Status.FAIL,
+            f"cannot read the MTU of {iface}: {directory / 'mtu'} is "
+            f"{'missing' if text is None else repr(text)}",
+            threshold,
+            "check that /sys is mounted and --root points at the host's root",
+        )
+    mtu = int(text)
+    details = {"interface": iface, "mtu": mtu, "expected": expected}
+    if mtu == expected:
+        return CheckResult("rail-mtu", Status.PASS, f"{iface} MTU {mtu}", threshold, details=details)
+    return CheckResult(
+        "rail-mtu",
+        Status.WARN,
+        f"{iface} MTU {mtu}, {expected} expected: RoCE works but with a smaller path MTU and lower bandwidth",
+        threshold,
+        f"set the MTU to {expected} on both stations and the switch ports "
+        f"(networking.interfaces.{iface}.mtu = {expected}; now: `ip link set {iface} mtu {expected}`)",
+        details,
+    )
+
+
+# --- RDMA device and GID ---------------------------------------------------------------------------
+
+
+def _port_dir(ctx: Context, hca: str) -> Path:
+    return ctx.root / IB_DIR / hca / "ports" / PORT
+
+
+@check("rdma-device", group="pair", description="the RDMA device exists, port 1 ACTIVE, it is the rail's HCA")
+def rdma_device(ctx: Context) -> CheckResult:
+    pair = _pair(ctx)
+    hca = pair.rail_hca
+    if not hca:
+        return _missing("rdma-device", "railHca", "which RDMA device (NCCL_IB_HCA) serves the rail")
+    threshold = f"{IB_DIR}/{hca} present, port {PORT} ACTIVE"
+    directory = ctx.root / IB_DIR / hca
+    if not directory.is_dir():
+        present = _listing(ctx.root / IB_DIR)
+        why = (
+            f"RDMA devices present: {', '.join(present)}"
+            if present
+            else f"no RDMA device at all ({IB_DIR} is empty or missing)"
+        )
+        return CheckResult(
+            "rdma-device",
+            Status.FAIL,
+            f"RDMA device {hca} not found; {why}",
+            threshold,
+            "check pair.railHca against `ibv_devices` / `rdma link` (the HCA whose netdev is the rail); "
+            "with no device at all, load the mlx5_ib driver (boot.kernelModules) and check the firmware",
+            {"hca": hca, "present": present},
+        )
+    state = _read(_port_dir(ctx, hca) / "state")
+    link_layer = _read(_port_dir(ctx, hca) / "link_layer")
+    netdevs = _listing(directory / "device" / "net")
+    details: dict[str, Any] = {"hca": hca, "port_state": state, "link_layer": link_layer, "netdevs": netdevs}
+    if state is None or not state.endswith("ACTIVE"):
+        return CheckResult(
+            "rdma-device",
+            Status.FAIL,
+            f"{hca} port {PORT} is {state or 'missing'} (not ACTIVE)",
+            threshold,
+            f"the RDMA port follows the link: bring {pair.rail_interface or 'the rail'} up, check the cable "
+            "and the switch port, then `ibv_devinfo -d " + hca + "` must show PORT_ACTIVE",
+            details,
+        )
+    figure = f"{hca} port {PORT} ACTIVE, link layer {link_layer or 'unknown'}"
+    if pair.rail_interface and netdevs and pair.rail_interface not in netdevs:
+        return CheckResult(
+            "rdma-device",
+            Status.WARN,
+            f"{figure}, but its netdev is {', '.join(netdevs)}, not the rail {pair.rail_interface}",
+            threshold,
+            "pair.railHca and pair.railInterface must name the same port: pick the HCA listed by "
+            f"`ls /sys/class/net/{pair.rail_interface}/device/infiniband`",
+            details,
+        )
+    if netdevs:
+        figure += f", netdev {', '.join(netdevs)}"
+    return CheckResult("rdma-device", Status.PASS, figure, threshold, details=details)
+
+
+def _gid_address(gid: str) -> ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.IPv6Address(gid)
+    except ValueError:
+        return None
+
+
+def _gid_type(path: Path) -> str | None:
+    try:
+        return _read(path)
+    except OSError:  # the kernel answers EINVAL for an unpopulated slot
+        return None
+
+
+def _matching_indices(ctx: Context, hca: str, local: str | None, iface: str | None) -> list[int]:
+    """GID indices on port 1 that are RoCE v2 and carry `local` (IPv4-mapped or IPv6) — the fix to suggest."""
+    if not local:
+        return []
+    try:
+        want = ipaddress.ip_address(local)
+    except ValueError:
+        return []
+    port = _port_dir(ctx, hca)
+    found = []
+    for name in _listing(port / "gids"):
+        if not name.isdigit():
+            continue
+        addr = _gid_address(_safe_read(port / "gids" / name) or "")
+        if addr is None:
+            continue
+        mapped = addr.ipv4_mapped if isinstance(want, ipaddress.IPv4Address) else addr
+        if mapped != want or _gid_type(port / "gid_attrs" / "types" / name) != ROCE_V2:
+            continue
+        ndev = _safe_read(port / "gid_attrs" / "ndevs" / name)
+        if iface and ndev and ndev != iface:
+            continue
+        found.append(int(name))
+    return sorted(found)
+
+
+@check(
+    "rdma-gid",
+    group="pair",
+    description="the configured GID index exists, is RoCE v2, carries the rail address",
+)
+def rdma_gid(ctx: Context) -> CheckResult:
+    pair = _pair(ctx)
+    hca = pair.rail_hca
+    if not hca:
+        return _missing("rdma-gid", "railHca", "which RDMA device (NCCL_IB_HCA) serves the rail")
+    index = pair.gid_index
+    local, _ = _addresses(pair)
+    port = _port_dir(ctx, hca)
+    threshold = f"gids/{index} non-zero, type {ROCE_V2}" + (f", address {local}" if local else "")
+    if not (ctx.root / IB_DIR / hca).is_dir():
+        raise SkipCheck(f"RDMA device {hca} not found (see rdma-device)")
+    if (_read(port / "link_layer") or "").lower() == "infiniband":
+        return CheckResult(
+            "rdma-gid",
+            Status.PASS,
+            f"{hca} port {PORT} is InfiniBand: RoCE GID types do not apply (gidIndex {index} unused)",
+            threshold,
+        )
+    matches = _matching_indices(ctx, hca, local, pair.rail_interface)
+    suggestion = (
+        f"use gidIndex {matches[0]} (RoCE v2 with {local} on {hca})"
+        if matches
+        else f"assign the rail address to {pair.rail_interface or 'the rail'} first; then pick the "
+        f"index where `show_gids` / gid_attrs/types shows {ROCE_V2} with that address"
+    )
+    fix = f"{suggestion}: services.vllm-station.pair.gidIndex (NCCL_IB_GID_INDEX)"
+    details: dict[str, Any] = {"hca": hca, "gid_index": index, "roce_v2_indices_with_address": matches}
+    gid = _safe_read(port / "gids" / str(index))
+    if gid is None:
+        entries = [n for n in _listing(port / "gids") if n.isdigit()]
+        return CheckResult(
+            "rdma-gid",
+            Status.FAIL,
+            f"GID index {index} does not exist on {hca} port {PORT} (table has {len(entries)} entries)",
+            threshold,
+            fix,
+            details,
+        )
+    details["gid"] = gid
+    addr = _gid_address(gid)
+    if addr is None or int(addr) == 0:
+        return CheckResult(
+            "rdma-gid",
+            Status.FAIL,
+            f"GID index {index} on {hca} is empty ({gid}): no address behind it",
+            threshold,
+            fix,
+            details,
+        )
+    kind = _gid_type(port / "gid_attrs" / "types" / str(index))
+    details["type"] = kind
+    if kind != ROCE_V2:
+        return CheckResult(
+            "rdma-gid",
+            Status.FAIL,
+            f"GID index {index} on {hca} is {kind or 'of no readable type'}, not {ROCE_V2} "
+            "(RoCE v1 does not route over the rail's IP network)",
+            threshold,
+            fix,
+            details,
+        )
+    ndev = _safe_read(port / "gid_attrs" / "ndevs" / str(index))
+    details["ndev"] = ndev
+    shown = str(addr.ipv4_mapped or addr)
+    details["address"] = shown
+    problems = []
+    if pair.rail_interface and ndev and ndev != pair.rail_interface:
+        problems.append(f"it belongs to {ndev}, not the rail {pair.rail_interface}")
+    if local and _differs(addr, local):
+        problems.append(f"it carries {shown}, not this station's rail address {local}")
+    figure = f"{hca} GID index {index}: {ROCE_V2}, {shown}" + (f" on {ndev}" if ndev else "")
+    if problems:
+        return CheckResult(
+            "rdma-gid", Status.FAIL, f"{figure}; but {' and '.join(problems)}", threshold, fix, details
+        )
+    return CheckResult("rdma-gid", Status.PASS, figure, threshold, details=details)
+
+
+def _differs(addr: ipaddress.IPv6Address, local: str) -> bool:
+    try:
+        want = ipaddress.ip_address(local)
+    except ValueError:
+        return False  # a host name: nothing to compare
+    have: ipaddress.IPv4Address | ipaddress.IPv6Address = addr.ipv4_mapped or addr
+    return have != want
+
+
+# --- peer reachability ---------------------------------------------------------------------------
+
+
+def _peer_timeout(ctx: Context) -> float:
+    value = _pair_raw(ctx).get("peerTimeoutSeconds", PEER_CONNECT_TIMEOUT_S)
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+    return float(value) if ok else PEER_CONNECT_TIMEOUT_S
+
+
+@check("rail-peer", group="pair", description="the peer answers on the rail (TCP to its masterPort)")
+def rail_peer(ctx: Context) -> CheckResult:
+    pair = _pair(ctx)
+    local, peer = _addresses(pair)
+    peer_option = "workerAddress" if pair.role != "worker" else "headAddress"
+    if not peer:
+        return _missing("rail-peer", peer_option, "the peer station's rail address")
+    port = pair.master_port
+    timeout = _peer_timeout(ctx)
+    threshold = f"TCP {peer}:{port} answers within {timeout:g} s" + (f" from {local}" if local else "")
+    details: dict[str, Any] = {"local": local, "peer": peer, "port": port, "timeout_s": timeout}
+    try:
+        conn = socket.create_connection(
+            (peer, port), timeout=timeout, source_address=(local, 0) if local else None
+        )
+    except TimeoutError:
+        details["outcome"] = "timeout"
+        return CheckResult(
+            "rail-peer",
+            Status.FAIL,
+            f"no answer from {peer}:{port} within {timeout:g} s: the peer is down, not on this rail, "
+            "or a firewall drops the packets",
+            threshold,
+            f"check the peer is powered and its rail is up (`station preflight --only rail-link` there), "
+            f"`ping -I {pair.rail_interface or '<rail>'} {peer}`, and that both firewalls allow the rail "
+            "addresses (services.vllm-station.pair opens them to the peer only)",
+            details,
+        )
+    except OSError as err:
+        details["outcome"] = errno.errorcode.get(err.errno or 0, "error")
+        if err.errno == errno.ECONNREFUSED:
+            return CheckResult(
+                "rail-peer",
+                Status.WARN,
+                f"{peer} answered on the rail but refused port {port}: nothing listens there yet "
+                "(expected while the head's vLLM is not running; the worker starts first)",
+                threshold,
+                "none needed before the first start; if the head is already serving, it is not on "
+                f"{peer}:{port} — check pair.headAddress/masterPort on both stations",
+                details,
+            )
+        if err.errno == errno.EADDRNOTAVAIL and local:
+            return CheckResult(
+                "rail-peer",
+                Status.FAIL,
+                f"this station's rail address {local} is not configured on this host",
+                threshold,
+                f"assign {local} to {pair.rail_interface or 'the rail interface'} (networking.interfaces."
+                f"{pair.rail_interface or '<rail>'}.ipv4.addresses) or fix pair.{_local_option(pair)}",
+                details,
+            )
+        return CheckResult(
+            "rail-peer",
+            Status.FAIL,
+            f"cannot reach {peer}:{port} from {local or 'this host'}: {err.strerror or err}",
+            threshold,
+            f"check the route to {peer} goes over {pair.rail_interface or 'the rail'} "
+            f"(`ip route get {peer}`) and both stations' rail addresses",
+            details,
+        )
+    with conn:
+        details["outcome"] = "connected"
+        return CheckResult(
+            "rail-peer",
+            Status.PASS,
+            f"{peer}:{port} accepts connections" + (f" from {local}" if local else ""),
+            threshold,
+            details=details,
+        )
+
+
+def _local_option(pair: PairConfig) -> str:
+    return "workerAddress" if pair.role == "worker" else "headAddress"
+
+
+# --- memlock -------------------------------------------------------------------------------------
+
+
+def _parse_limits(text: str) -> tuple[str, str] | None:
+    """The soft and hard `Max locked memory` values from /proc/<pid>/limits text."""
+    for line in text.splitlines():
+        if line.startswith("Max locked memory"):
+            parts = line[len("Max locked memory") :].split()
+            if len(parts) >= 2:
+                return parts[0], parts[1]
+    return None
+
+
+def _fmt_limit(value: str) -> str:
+    if value.isdigit():
+        n = int(value)
+        return f"{n // 1024**2} MiB" if n >= 1024**2 else f"{n} bytes"
+    return value
+
+
+@check("memlock", group="pair", description="RLIMIT_MEMLOCK is unlimited (RDMA registers memory)")
+def memlock(ctx: Context) -> CheckResult:
+    threshold = "soft limit unlimited"
+    if ctx.live:
+        soft_n, hard_n = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+        inf = resource.RLIM_INFINITY
+        soft = "unlimited" if soft_n == inf else str(soft_n)
+        hard = "unlimited" if hard_n == inf else str(hard_n)
+        source = "getrlimit(RLIMIT_MEMLOCK) of this process"
+    else:
+        path = ctx.root / "proc/self/limits"
+        text = _read(path)
+        parsed = _parse_limits(text) if text is not None else None
+        if parsed is None:
+            raise SkipCheck(
+                f"{path} {'is missing' if text is None else 'has no Max locked memory line'}",
+                fix="write the limits file into the prepared root, or run against the live host (--root /)",
+            )
+        soft, hard = parsed
+        source = str(path)
+    details = {"soft": soft, "hard": hard, "source": source}
+    if soft == "unlimited":
+        return CheckResult("memlock", Status.PASS, "locked memory unlimited", threshold, details=details)
+    return CheckResult(
+        "memlock",
+        Status.FAIL,
+        f"locked memory limited to {_fmt_limit(soft)} (hard {_fmt_limit(hard)}): RDMA memory registration "
+        "fails and NCCL falls back or aborts",
+        threshold,
+        "the serving unit needs LimitMEMLOCK=infinity (services.vllm-station.pair sets it) and the container "
+        "`--ulimit memlock=-1`; this figure is the limit of the process that ran preflight — run it in the "
+        "unit (ExecStartPre) to see the unit's",
+        details,
+    )
+
+
+# --- both stations at the same revision ----------------------------------------------------------
+
+
+def fetch_peer_stamp(ctx: Context, source: str, timeout: float = PEER_STAMP_TIMEOUT_S) -> dict[str, Any]:
+    """The peer's verify stamp from an http(s) URL, a file:// URL or a path. ValueError names the problem."""
+    parsed = urlparse(source)
+    if parsed.scheme in ("http", "https"):
+        try:
+            response = httpx.get(source, timeout=timeout, follow_redirects=False)
+        except httpx.TimeoutException as err:
+            raise ValueError(f"{source} did not answer within {timeout:g} s") from err
+        except httpx.HTTPError as err:
+            raise ValueError(f"cannot fetch {source}: {err}") from err
+        if response.status_code != 200:
+            raise ValueError(f"{source} answered HTTP {response.status_code}: {response.text[:120]!r}")
+        try:
+            data = response.json()
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{source} did not return JSON: {response.text[:80]!r}") from err
+        return _check_stamp(data, source)
+    if parsed.scheme == "file":
+        path = ctx.host_path(parsed.path)
+    elif parsed.scheme == "":
+        path = ctx.host_path(source)
+    else:
+        raise ValueError(f"unsupported peerStampUrl scheme {parsed.scheme!r} (http, https, file or a path)")
+    if path.is_dir():
+        path = path / STAMP_NAME
+    try:
+        return read_stamp(path)
+    except FileNotFoundError as err:
+        raise ValueError(f"{path} does not exist") from err
+    except (OSError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path} unreadable: {err}") from err
+
+
+def _check_stamp(data: Any, where: str) -> dict[str, Any]:
+    if not isinstance(data, dict) or data.get("version") != 1 or not isinstance(data.get("files"), list):
+        raise ValueError(f"{where} is not a version-1 verify stamp")
+    return data
+
+
+def _file_sizes(stamp: dict[str, Any]) -> dict[str, Any]:
+    return {
+        e["path"]: e.get("size")
+        for e in stamp["files"]
+        if isinstance(e, dict) and isinstance(e.get("path"), str)
+    }
+
+
+def _short(rev: Any) -> str:
+    return rev[:12] if isinstance(rev, str) else str(rev)
+
+
+@check("pair-revision", group="pair", description="both stations verified the same repo, revision and files")
+def pair_revision(ctx: Context) -> CheckResult:
+    pair = _pair(ctx)
+    cfg = ctx.config
+    if cfg.model_dir is None:
+        raise SkipCheck(
+            "modelDir not set: no local checkpoint whose stamp could be compared with the peer's",
+            fix="download to a directory (`station download … --dir DIR`) and set modelDir on both stations",
+        )
+    if not pair.peer_stamp_url:
+        raise SkipCheck(
+            "pair.peerStampUrl not set: the peer's verify stamp cannot be fetched",
+            fix="set services.vllm-station.pair.peerStampUrl (docs/pair.md: the peer publishes its stamp "
+            "read-only on its rail address, or copy it to a local path)",
+        )
+    threshold = "same repo, revision and file sizes on both stations" + (
+        f"; revision {cfg.revision}" if cfg.revision else ""
+    )
+    local_path = ctx.host_path(cfg.model_dir) / STAMP_NAME
+    try:
+        local = read_stamp(local_path)
+    except FileNotFoundError:
+        return CheckResult(
+            "pair-revision",
+            Status.FAIL,
+            f"no verify stamp here ({local_path}): this station's checkpoint was never verified",
+            threshold,
+            f"run `station verify {cfg.model_dir}` on this station",
+        )
+    except (OSError, ValueError) as err:
+        return CheckResult(
+            "pair-revision",
+            Status.FAIL,
+            f"local stamp {local_path} unreadable: {err}",
+            threshold,
+            f"run `station verify {cfg.model_dir}` again",
+        )
+    try:
+        peer = fetch_peer_stamp(ctx, pair.peer_stamp_url)
+    except ValueError as err:
+        return CheckResult(
+            "pair-revision",
+            Status.FAIL,
+            f"cannot read the peer's stamp: {err}",
+            threshold,
+            "on the peer: `station verify <modelDir>` and check the stamp publisher (docs/pair.md); "
+            "check pair.peerStampUrl",
+            {"peer_stamp_url": pair.peer_stamp_url},
+        )
+    details: dict[str, Any] = {
+        "local": {k: local.get(k) for k in ("repo", "revision", "verified_at", "sha256_checked")},
+        "peer": {k: peer.get(k) for k in ("repo", "revision", "verified_at", "sha256_checked")},
+        "peer_stamp_url": pair.peer_stamp_url,
+    }
+    resync = (
+        "sync the checkpoint from station A "
+        "(`station numa-exec --membind 0 -- rsync -a --delete A:DIR/ DIR/`), "
+        "then `station verify DIR` on the station that changed"
+    )
+    if local.get("repo") != peer.get("repo"):
+        return CheckResult(
+            "pair-revision",
+            Status.FAIL,
+            f"different models: here {local.get('repo')}, peer {peer.get('repo')}",
+            threshold,
+            resync,
+            details,
+        )
+    lrev, prev = local.get("revision"), peer.get("revision")
+    if lrev != prev:
+        return CheckResult(
+            "pair-revision",
+            Status.FAIL,
+            f"revision mismatch: here {_short(lrev)}, peer {_short(prev)} — "
+            "the ranks would load different weights",
+            threshold,
+            resync,
+            details,
+        )
+    if cfg.revision and lrev != cfg.revision:
+        return CheckResult(
+            "pair-revision",
+            Status.FAIL,
+            f"both stations verified {_short(lrev)}, but the configured revision is {_short(cfg.revision)}",
+            threshold,
+            f"download revision {cfg.revision} on station A, sync it to B, verify both",
+            details,
+        )
+    lfiles, pfiles = _file_sizes(local), _file_sizes(peer)
+    only_here = sorted(set(lfiles) - set(pfiles))
+    only_peer = sorted(set(pfiles) - set(lfiles))
+    sizes = sorted(p for p in set(lfiles) & set(pfiles) if lfiles[p] != pfiles[p])
+    if only_here or only_peer or sizes:
+        details.update(only_here=only_here, only_peer=only_peer, size_differs=sizes)
+        parts = [
+            f"{len(only_here)} file(s) only here" if only_here else "",
+            f"{len(only_peer)} only on the peer" if only_peer else "",
+            f"{len(sizes)} differ in size" if sizes else "",
+        ]
+        example = (only_here + only_peer + sizes)[0]
+        return CheckResult(
+            "pair-revision",
+            Status.FAIL,
+            f"same revision {_short(lrev)} but different files: {', '.join(p for p in parts if p)} "
+            f"(e.g. {example}) — an incomplete sync?",
+            threshold,
+            resync,
+            details,
+        )
+    figure = f"both stations verified {local.get('repo')}@{_short(lrev)}, {len(lfiles)} files, same sizes"
+    if lrev is None:
+        return CheckResult(
+            "pair-revision",
+            Status.WARN,
+            f"{figure}, but neither stamp names a revision",
+            threshold,
+            "download with --revision (a 40-hex commit) so both stations can prove the same weights",
+            details,
+        )
+    return CheckResult("pair-revision", Status.PASS, figure, threshold, details=details)

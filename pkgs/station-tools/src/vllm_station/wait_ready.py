@@ -1,0 +1,181 @@
+"""`station wait-ready`: block until the server is really serving, for systemd's start-up gate.
+
+Ready means both: GET /health answers 200, and a 1-token completion succeeds (POST /v1/completions with
+`max_tokens: 1`; a server without that endpoint — 404 — is probed with a 1-token chat completion instead).
+/health alone turns 200 before the engine can serve in some failure modes; the completion proves it can.
+
+Exit codes: 0 ready; 1 not ready before --timeout (the message names the last reason), or a failure that
+waiting cannot fix (the server answers 401/403/4xx to the probe: wrong key or model name); 2 bad
+arguments; 3 nothing ever answered at the address. Progress goes to stderr every --interval seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from vllm_station.api import ApiClient, ApiError, ApiUnreachable, HttpStatusError, load_api_key
+from vllm_station.errors import EXIT_OK, CheckFailed, Unreachable, UsageError
+
+HELP = "block until /health is 200 and a 1-token completion succeeds"
+
+PROBE_PROMPT = "Hello"
+MAX_REQUEST_TIMEOUT_S = 60.0  # one probe request; a first completion on a cold server can take a while
+RETRYABLE_4XX = (408, 409, 425, 429)  # other 4xx answers to the probe will not fix themselves
+
+
+@dataclass(frozen=True)
+class Options:
+    base_url: str
+    model: str | None = None
+    timeout_s: float = 900.0
+    interval_s: float = 5.0
+    api_key_file: str | None = None
+
+
+@dataclass
+class Outcome:
+    ready: bool
+    elapsed_s: float
+    attempts: int
+    model: str | None
+    reason: str  # the last failure, or what succeeded
+    reached: bool  # did anything ever answer at the address?
+    gave_up: bool = False  # a failure that waiting cannot fix ended the wait early
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--base-url", required=True, help="server root or its /v1 URL, e.g. http://127.0.0.1:8888"
+    )
+    parser.add_argument(
+        "--model", help="served model name to probe (default: the first one /v1/models lists)"
+    )
+    parser.add_argument("--timeout", type=float, default=900.0, help="give up after this many seconds (900)")
+    parser.add_argument(
+        "--interval", type=float, default=5.0, help="seconds between probes and progress lines (5)"
+    )
+    parser.add_argument(
+        "--api-key-file", help="file holding the API key (default: $STATION_API_KEY, else none)"
+    )
+
+
+def _probe(api: ApiClient, model: str | None, request_timeout: float) -> tuple[str, str]:
+    """One readiness probe: returns (model, description) or raises ApiError / CheckFailed."""
+    api.health(timeout=request_timeout)
+    if model is None:
+        listed = api.models(timeout=request_timeout)
+        if not listed:
+            raise CheckFailed(f"GET /v1/models at {api.api_url}/models lists no model yet")
+        model = listed[0].id
+    t0 = time.perf_counter()
+    try:
+        api.completion(model, PROBE_PROMPT, max_tokens=1, timeout=request_timeout)
+        what = "POST /v1/completions"
+    except HttpStatusError as err:
+        if err.status != 404:
+            raise
+        # No /v1/completions (a chat-only gateway), or an unknown model: the chat endpoint tells which.
+        api.chat(
+            model,
+            [{"role": "user", "content": PROBE_PROMPT}],
+            max_tokens=1,
+            temperature=0.0,
+            timeout=request_timeout,
+        )
+        what = "POST /v1/chat/completions"
+    return model, f"/health 200 and a 1-token {what} for {model!r} in {time.perf_counter() - t0:.2f} s"
+
+
+def wait(
+    opts: Options,
+    *,
+    progress: Callable[[str], None] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Outcome:
+    """Probe until ready or --timeout; `progress` gets a line at most every interval."""
+    if opts.timeout_s <= 0:
+        raise UsageError(f"--timeout must be positive, got {opts.timeout_s:g}")
+    if opts.interval_s <= 0:
+        raise UsageError(f"--interval must be positive, got {opts.interval_s:g}")
+    key = load_api_key(opts.api_key_file)
+    say = progress or (lambda _line: None)
+    start = clock()
+    deadline = start + opts.timeout_s
+    attempts = 0
+    reached = False
+    reason = "no probe ran"
+    model = opts.model
+    with ApiClient(
+        opts.base_url, api_key=key, timeout=MAX_REQUEST_TIMEOUT_S, connect_timeout=min(5.0, opts.interval_s)
+    ) as api:
+        say(f"waiting up to {opts.timeout_s:g} s for {api.root_url} (probe every {opts.interval_s:g} s)")
+        while True:
+            attempts += 1
+            probe_start = clock()
+            request_timeout = max(1.0, min(MAX_REQUEST_TIMEOUT_S, deadline - probe_start))
+            try:
+                model, what = _probe(api, model, request_timeout)
+                return Outcome(True, clock() - start, attempts, model, what, True)
+            except ApiUnreachable as err:
+                reason = str(err)
+            except HttpStatusError as err:
+                reached = True
+                reason = str(err)
+                # /health is 200, so the server serves requests: 401/403 (key), 404 (model name) or
+                # 400/422 (request) will not fix themselves. A 4xx from /health itself may (a gateway).
+                if (
+                    400 <= err.status < 500
+                    and err.status not in RETRYABLE_4XX
+                    and not err.url.endswith("/health")
+                ):
+                    return Outcome(False, clock() - start, attempts, model, reason, True, gave_up=True)
+            except ApiError as err:  # timeouts, non-JSON, broken connections: something answered
+                reached = True
+                reason = str(err)
+            except CheckFailed as err:
+                reached = True
+                reason = str(err)
+            now = clock()
+            elapsed = now - start
+            if now >= deadline:
+                return Outcome(False, elapsed, attempts, model, reason, reached)
+            say(f"not ready after {elapsed:.0f} s (try {attempts}): {reason}")
+            sleep(max(0.0, min(opts.interval_s - (now - probe_start), deadline - now)))
+
+
+def run(args: argparse.Namespace) -> int:
+    opts = Options(
+        base_url=args.base_url,
+        model=args.model,
+        timeout_s=args.timeout,
+        interval_s=args.interval,
+        api_key_file=args.api_key_file,
+    )
+
+    def progress(line: str) -> None:
+        print(f"station wait-ready: {line}", file=sys.stderr, flush=True)
+
+    out = wait(opts, progress=progress)
+    if out.ready:
+        print(f"ready after {out.elapsed_s:.1f} s ({out.attempts} tries): {out.reason}", flush=True)
+        return EXIT_OK
+    if not out.reached:
+        raise Unreachable(
+            f"nothing answered within {out.elapsed_s:.0f} s ({out.attempts} tries): {out.reason}"
+        )
+    if out.gave_up:
+        raise CheckFailed(f"the server refuses the readiness probe (waiting will not help): {out.reason}")
+    raise CheckFailed(
+        f"not ready after {out.elapsed_s:.0f} s ({out.attempts} tries); last reason: {out.reason}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    from vllm_station.cli import command_main
+
+    return command_main("wait-ready", argv)

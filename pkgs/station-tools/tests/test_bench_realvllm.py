@@ -1,0 +1,38 @@
+"""`station bench` against real vLLM (CPU build, SmolLM2-135M): a short sweep completes with zero failures and
+every answer has exactly the requested number of tokens (ignore_eos + min_tokens, checked from usage)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from vllm_station.cli import main
+
+pytestmark = pytest.mark.realvllm
+
+
+def test_short_sweep_on_real_vllm(smol_server: Any, tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    rc = main(
+        [
+            "bench", "sweep", "--base-url", smol_server.api_url, "-c", "1,2", "--warmup", "1",
+            "--requests", "2", "--input-len", "32", "--output-len", "8", "--timeout", "120",
+            "--scrape-metrics", "--json", str(out), "--no-progress", "--expect", "failures==0",
+        ]
+    )  # fmt: skip
+    report = json.loads(out.read_text())
+    assert rc == 0, report["levels"]
+    assert report["model"] == smol_server.served_name
+    assert report["failures"] == 0
+    assert report["prompts"]["counted_by"] == "server /tokenize"
+    for lv in report["levels"]:
+        assert lv["ok"] == 2 and lv["failures"] == {}
+        assert lv["token_source"] == "usage"
+        assert lv["output_tokens"]["min"] == lv["output_tokens"]["max"] == 8
+        assert lv["prompt_tokens"]["min"] == lv["prompt_tokens"]["max"] == 32  # exact via vLLM's /tokenize
+        assert 0 < lv["ttft"]["median"] < lv["e2e"]["median"]
+        assert lv["tok_s"]["mean"] > 0
+        assert lv["server"]["generation_tokens_delta"] == 16  # vLLM's own counter agrees
