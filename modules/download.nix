@@ -75,11 +75,13 @@ let
         };
 
         revision = mkOption {
-          type = types.str;
+          type = types.nullOr types.str;
+          default = null;
           example = "0123456789abcdef0123456789abcdef01234567";
           description = ''
             The revision to fetch: a 40-hex commit id. A branch or tag moves under you and is refused
-            unless {option}`allowBranch` is set.
+            unless {option}`allowBranch` is set. Required for a download; for a `verifyOnly` entry it
+            is the revision the serving unit expects the stamp to record (null: not checked).
           '';
         };
 
@@ -221,7 +223,7 @@ let
         "download"
         m.model
         "--revision"
-        m.revision
+        (toString m.revision)
         "--dir"
         m.dir
         # The tool binds itself too (before any I/O); same nodes as the unit's NUMAMask.
@@ -397,6 +399,14 @@ in
       '';
     };
 
+    requireStampScript = mkOption {
+      type = types.package;
+      internal = true;
+      readOnly = true;
+      default = stampCheck;
+      description = "The serving unit's stamp check as rendered (for tests).";
+    };
+
     numaNodes = mkOption {
       type = types.nonEmptyListOf types.ints.unsigned;
       default = [ 0 ];
@@ -441,8 +451,16 @@ in
     (mkIf cfg.enable {
       assertions =
         lib.mapAttrsToList (name: m: {
-          assertion = m.verifyOnly || m.allowBranch || builtins.match "[0-9a-f]{40}" m.revision != null;
-          message = "services.vllm-station.download.models.${name}.revision: \"${m.revision}\" is not a 40-hex commit id; pin a commit or set allowBranch = true.";
+          assertion =
+            if m.revision == null then
+              m.verifyOnly
+            else
+              m.verifyOnly || m.allowBranch || builtins.match "[0-9a-f]{40}" m.revision != null;
+          message =
+            if m.revision == null then
+              "services.vllm-station.download.models.${name}.revision: a download needs a pinned revision (a 40-hex commit id of ${m.model})."
+            else
+              "services.vllm-station.download.models.${name}.revision: \"${m.revision}\" is not a 40-hex commit id; pin a commit or set allowBranch = true.";
         }) enabledModels
         ++ lib.mapAttrsToList (name: m: {
           assertion = lib.hasPrefix "/" m.dir;
@@ -482,7 +500,7 @@ in
       systemd.services.vllm-station = {
         wants = lib.mapAttrsToList (n: _: "${unitName n}.service") matchingDownloads;
         after = lib.mapAttrsToList (n: _: "${unitName n}.service") matchingDownloads;
-        serviceConfig.ExecStartPre = mkBefore [ "${stampCheck}" ];
+        serviceConfig.ExecStartPre = mkBefore [ (utils.escapeSystemdExecArgs [ stampCheck ]) ];
       };
       # `station preflight` compares the stamp's revision with this one (and the peer's, in a pair).
       services.vllm-station.serve.preflight.settings = lib.optionalAttrs (lib.length servedRevisions == 1) {

@@ -25,6 +25,7 @@
   config,
   lib,
   pkgs,
+  utils,
   ...
 }:
 let
@@ -43,6 +44,7 @@ let
   serve = top.serve;
 
   isHead = cfg.role == "head";
+  hostAddsMemlock = (top.host.enable or false) && (top.host.unlimitedMemlock or false);
   expectedRank = if isHead then 0 else 1;
   stations = 2;
 
@@ -60,20 +62,23 @@ let
   envFile = "/etc/vllm-station/pair.env";
 
   beaconDir = "/run/vllm-station-pair-beacon";
-  readyUrl = "http://${urlHost cfg.workerAddress}:${toString cfg.beaconPort}/ready";
+  workerAddress = toString cfg.workerAddress; # null is refused by an assertion
+  headAddress = toString cfg.headAddress;
+  readyUrl = "http://${urlHost workerAddress}:${toString cfg.beaconPort}/ready";
+  stampUrl = "http://${urlHost (toString peerAddress)}:${toString cfg.beaconPort}/stamp";
 
   # The head's ExecStartPre: the worker must be up first.
   waitForWorker = pkgs.writeShellScript "vllm-station-pair-wait-worker" ''
     set -u
     deadline=$(( $(date +%s) + ${toString cfg.workerWaitSeconds} ))
-    echo "vllm-station pair: waiting up to ${toString cfg.workerWaitSeconds} s for the worker ${cfg.workerAddress} (${readyUrl})" >&2
+    echo "vllm-station pair: waiting up to ${toString cfg.workerWaitSeconds} s for the worker ${workerAddress} (${readyUrl})" >&2
     while :; do
       if ${lib.getExe pkgs.curl} --silent --fail --max-time 3 --output /dev/null ${lib.escapeShellArg readyUrl}; then
-        echo "vllm-station pair: worker ${cfg.workerAddress} is up" >&2
+        echo "vllm-station pair: worker ${workerAddress} is up" >&2
         exit 0
       fi
       if [ "$(date +%s)" -ge "$deadline" ]; then
-        echo "vllm-station pair: the worker ${cfg.workerAddress} did not answer on ${readyUrl} within ${toString cfg.workerWaitSeconds} s; start the worker first (on station ${cfg.workerAddress}: systemctl start vllm-station), then this unit" >&2
+        echo "vllm-station pair: the worker ${workerAddress} did not answer on ${readyUrl} within ${toString cfg.workerWaitSeconds} s; start the worker first (on station ${workerAddress}: systemctl start vllm-station), then this unit" >&2
         exit 1
       fi
       sleep ${toString cfg.pollSeconds}
@@ -84,19 +89,20 @@ let
   waitForHeadStop = pkgs.writeShellScript "vllm-station-pair-wait-head-stop" ''
     set -u
     # Only a deliberate stop of a running worker waits; after a crash there is nothing to protect.
-    if [ "$(${lib.getExe' pkgs.systemd "systemctl"} show --property=ActiveState --value vllm-station.service)" != active ]; then
+    if [ "$(systemctl show --property=ActiveState --value vllm-station.service)" != active ]; then
       exit 0
     fi
     deadline=$(( $(date +%s) + ${toString cfg.headStopWaitSeconds} ))
-    while ${lib.getExe pkgs.curl} --silent --max-time 2 --output /dev/null telnet://${urlHost cfg.headAddress}:${toString cfg.masterPort} </dev/null; do
+    # A plain TCP connect to the head's rendezvous port (bash's /dev/tcp, bounded by timeout).
+    while timeout 2 "$BASH" -c 'exec 3<>/dev/tcp/${headAddress}/${toString cfg.masterPort}' 2>/dev/null; do
       if [ "$(date +%s)" -ge "$deadline" ]; then
-        echo "vllm-station pair: the head ${cfg.headAddress} still listens on port ${toString cfg.masterPort} after ${toString cfg.headStopWaitSeconds} s; stopping the worker anyway (stop the head first: systemctl stop vllm-station on ${cfg.headAddress})" >&2
+        echo "vllm-station pair: the head ${headAddress} still listens on port ${toString cfg.masterPort} after ${toString cfg.headStopWaitSeconds} s; stopping the worker anyway (stop the head first: systemctl stop vllm-station on ${headAddress})" >&2
         exit 0
       fi
-      echo "vllm-station pair: waiting for the head ${cfg.headAddress} to stop first" >&2
+      echo "vllm-station pair: waiting for the head ${headAddress} to stop first" >&2
       sleep ${toString cfg.pollSeconds}
     done
-    echo "vllm-station pair: head ${cfg.headAddress} is down; stopping the worker" >&2
+    echo "vllm-station pair: head ${headAddress} is down; stopping the worker" >&2
   '';
 
   # Fill the beacon's directory: who we are, and the local checkpoint stamp when there is one.
@@ -106,7 +112,7 @@ let
       lib.escapeShellArgs [
         cfg.role
         (toString cfg.rank)
-        selfAddress
+        (toString selfAddress)
       ]
     } > ${beaconDir}/ready
     ${lib.optionalString (stampPath != null) ''
@@ -117,7 +123,7 @@ let
   '';
 
   stampPath =
-    if (serve.model or null) != null && lib.hasPrefix "/" serve.model then
+    if serve.model != null && lib.hasPrefix "/" serve.model then
       "${serve.model}/.station-verified.json"
     else
       null;
@@ -242,7 +248,7 @@ in
 
     workerWaitSeconds = mkOption {
       type = types.ints.positive;
-      default = 600;
+      default = 300;
       description = ''
         How long the head's pre-start waits for the worker's beacon before failing. It counts
         against the serving unit's start timeout.
@@ -282,6 +288,16 @@ in
         `set -a; . ${envFile}; set +a`), which the serving unit (and its container) loads, so a
         shell and the unit never disagree. Values are restricted to `[A-Za-z0-9_.,:=/@+-]`.
       '';
+    };
+
+    scripts = mkOption {
+      type = types.attrsOf types.package;
+      internal = true;
+      readOnly = true;
+      default = {
+        inherit waitForWorker waitForHeadStop beaconPrepare;
+      };
+      description = "The ordering and beacon scripts as rendered (for tests).";
     };
 
     firewall = {
@@ -360,6 +376,8 @@ in
       lib.filterAttrs (_: v: v != null) defaultEnvironment
     );
 
+    warnings = lib.optional (isHead && serve.startTimeout - cfg.workerWaitSeconds < 600) "services.vllm-station.pair: the head's pre-start may wait up to workerWaitSeconds = ${toString cfg.workerWaitSeconds} s for the worker, and that counts against serve.startTimeout = ${toString serve.startTimeout} s, leaving vLLM less than 10 minutes to load and become ready; raise serve.startTimeout or lower workerWaitSeconds.";
+
     services.vllm-station.serve = {
       tensorParallelSize = mkDefault stations;
       headless = !isHead;
@@ -369,11 +387,33 @@ in
         "--node-rank"
         (toString cfg.rank)
         "--master-addr"
-        (toString cfg.headAddress)
+        headAddress
         "--master-port"
         (toString cfg.masterPort)
       ];
-      environmentFile = envFile;
+      # The container gets the pair's environment from the very file operators source (the unit
+      # loads it too, below). Not serve.environmentFile: that one stays free for secrets.
+      containerOptions = lib.mkIf (serve.backend == "container") (
+        [
+          "--env-file"
+          envFile
+        ]
+        # The container inherits dockerd's limits, not the unit's (the host module adds the same).
+        ++ lib.optional (!hostAddsMemlock) "--ulimit=memlock=-1:-1"
+      );
+      preflight.settings.pair = {
+        inherit (cfg)
+          role
+          rank
+          headAddress
+          workerAddress
+          railInterface
+          railHca
+          gidIndex
+          masterPort
+          ;
+        peerStampUrl = stampUrl;
+      };
     };
 
     environment.etc."vllm-station/pair.env" = {
@@ -385,10 +425,12 @@ in
       restartTriggers = [ envText ];
       serviceConfig = {
         # RDMA registers (pins) GPU and host buffers; the default 8 MiB memlock limit makes it fail.
+        # The container gets the same through `--ulimit=memlock=-1:-1` (containerOptions above).
         LimitMEMLOCK = "infinity";
+        EnvironmentFile = [ envFile ];
       }
       // lib.optionalAttrs isHead {
-        ExecStartPre = mkBefore [ "${waitForWorker}" ];
+        ExecStartPre = mkBefore [ (utils.escapeSystemdExecArgs [ waitForWorker ]) ];
       };
     };
 
@@ -401,18 +443,18 @@ in
         Type = "exec";
         DynamicUser = true;
         RuntimeDirectory = "vllm-station-pair-beacon";
-        ExecStartPre = "${beaconPrepare}";
-        ExecStart = lib.escapeShellArgs [
+        ExecStartPre = utils.escapeSystemdExecArgs [ beaconPrepare ];
+        ExecStart = utils.escapeSystemdExecArgs [
           (lib.getExe pkgs.python3)
           "-m"
           "http.server"
           "--bind"
-          selfAddress
+          (toString selfAddress)
           "--directory"
           beaconDir
           (toString cfg.beaconPort)
         ];
-        ExecStop = lib.optional (!isHead) "${waitForHeadStop}";
+        ExecStop = lib.optional (!isHead) (utils.escapeSystemdExecArgs [ waitForHeadStop ]);
         TimeoutStopSec = cfg.headStopWaitSeconds + 30;
         Restart = "on-failure";
         RestartSec = 5;
@@ -449,7 +491,7 @@ in
     };
 
     networking.firewall = mkIf (cfg.firewall.enable && peerAddress != null) (
-      if config.networking.nftables.enable then
+      if config.networking.nftables.enable or false then
         { extraInputRules = nftablesRules; }
       else
         { extraCommands = iptablesRules; }

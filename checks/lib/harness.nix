@@ -75,6 +75,10 @@ let
     writeShellScript = name: text: fakeDrv name name // { inherit text; };
     callPackage = _: _: throw "pkgs.callPackage is not available in the lib-only module tests";
     python3Packages.vllm = fake.vllm;
+    # download.nix / pair.nix reference these in their scripts
+    curl = fakeDrv "curl" "curl";
+    jq = fakeDrv "jq" "jq";
+    python3 = fakeDrv "python3" "python3";
   };
 
   stubModule = {

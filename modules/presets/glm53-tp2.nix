@@ -11,6 +11,8 @@
     gpuMemoryUtilization = 0.93;
     kvCacheDtype = "fp8";
     enablePrefixCaching = true;
+    # 753B over two stations: ~232 GB of weights per station to load, then compile and graph capture.
+    startTimeout = 1800;
     speculativeConfig = {
       method = "mtp";
       num_speculative_tokens = 4;

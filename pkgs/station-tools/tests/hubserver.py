@@ -116,6 +116,9 @@ class HubState:
     drop_after: dict[str, int] = field(default_factory=dict)  # path -> bytes sent before dropping
     drops_left: dict[str, int] = field(default_factory=dict)  # path -> how many GETs to drop
     size_scale: float = 1.0  # sizes reported by the API are multiplied by this (a lying hub)
+    stall_after: dict[str, int] = field(default_factory=dict)  # path -> bytes sent before the server stalls
+    stalled: threading.Event = field(default_factory=threading.Event)  # set when a stall begins
+    release: threading.Event = field(default_factory=threading.Event)  # set to end every stall
     on_first_request: Callable[[], None] | None = None
     requests: list[Request] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -270,6 +273,13 @@ class _Handler(BaseHTTPRequestHandler):
             drop = st.drops_left.get(rel, 0) > 0
             if drop:
                 st.drops_left[rel] -= 1
+        if rel in st.stall_after:
+            self.wfile.write(body[: st.stall_after[rel]])
+            self.wfile.flush()
+            st.stalled.set()
+            st.release.wait(timeout=60)
+            self.close_connection = True
+            return
         if drop:
             cut = max(0, min(len(body) - 1, st.drop_after.get(rel, len(body) // 2)))
             self.wfile.write(body[:cut])
@@ -305,6 +315,7 @@ class FakeHub:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.state.release.set()
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5)

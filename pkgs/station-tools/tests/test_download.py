@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -39,12 +40,18 @@ def hub_env(hub: FakeHub, home: Path, **extra: str) -> dict[str, str]:
 
 
 def download_cmd(target: Path, *extra: str, revision: str = COMMIT) -> list[str]:
-    return [sys.executable, "-m", "vllm_station", "download", REPO, "--revision", revision, "--dir", str(target),
+    return [sys.executable, "-m", "vllm_station", "download", REPO, "--revision", revision,
+            "--dir", str(target),
             *extra]  # fmt: skip
 
 
 def run_download(
-    hub: FakeHub, home: Path, target: Path, *extra: str, revision: str = COMMIT, env: dict[str, str] | None = None
+    hub: FakeHub,
+    home: Path,
+    target: Path,
+    *extra: str,
+    revision: str = COMMIT,
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         download_cmd(target, *extra, revision=revision),
@@ -91,7 +98,9 @@ def test_full_download_bound_to_node0_then_verified(hub: FakeHub, tmp_path: Path
         assert (target / name).read_bytes() == f.data
     stamp = json.loads((target / STAMP_NAME).read_text())
     assert stamp["revision"] == COMMIT and stamp["repo"] == REPO and stamp["sha256_checked"] is True
-    assert {f["path"]: f["sha256"] for f in stamp["files"]} == {n: f.sha256 for n, f in hub.state.files.items()}
+    assert {f["path"]: f["sha256"] for f in stamp["files"]} == {
+        n: f.sha256 for n, f in hub.state.files.items()
+    }
     record = json.loads((target / HASHES_NAME).read_text())
     assert record["files"][SHARD2]["sha256"] == hub.state.files[SHARD2].sha256
     assert record["files"]["config.json"]["git_blob_sha1"] == hub.state.files["config.json"].blob_id
@@ -134,7 +143,10 @@ def test_dropped_connection_resumes_with_range(tmp_path: Path) -> None:
     gets = state.gets("model.safetensors")
     assert len(gets) == 2 and gets[0].range is None
     assert gets[1].range is not None and gets[1].range.startswith("bytes=") and gets[1].range != "bytes=0-"
-    assert hashlib.sha256((target / "model.safetensors").read_bytes()).hexdigest() == files["model.safetensors"].sha256
+    assert (
+        hashlib.sha256((target / "model.safetensors").read_bytes()).hexdigest()
+        == files["model.safetensors"].sha256
+    )
     assert json.loads((target / STAMP_NAME).read_text())["sha256_checked"] is True
 
 
@@ -157,6 +169,43 @@ def test_interrupted_download_fails_clearly_then_resumes(hub: FakeHub, tmp_path:
     assert r2.returncode == 0, r2.stderr
     assert len(hub.state.gets("model-00001-of-00003.safetensors")) == first_gets
     assert (target / STAMP_NAME).exists()
+
+
+def test_sigterm_mid_file_cleans_up(tmp_path: Path) -> None:
+    """systemd stops the unit mid-file: exit 130, no partial file left behind, no stamp."""
+    big = tiny_safetensors(12 * 2**20)
+    files = {
+        "config.json": RepoFile("config.json", json.dumps({"architectures": [ARCH]}).encode(), lfs=False),
+        "model.safetensors": RepoFile("model.safetensors", big, lfs=True),
+    }
+    state = HubState(repo=REPO, files=files, stall_after={"model.safetensors": 11 * 2**20})
+    target = tmp_path / "model"
+    with FakeHub(state) as hub:
+        proc = subprocess.Popen(
+            download_cmd(target), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=hub_env(hub, tmp_path / "hf"),
+        )  # fmt: skip
+        assert state.stalled.wait(timeout=60), "the download never reached the stalling file"
+        time.sleep(0.5)  # let the client write what it received
+        partials = list((target / ".cache").rglob("*.incomplete"))
+        assert partials and partials[0].stat().st_size > 0  # a partial file exists mid-download
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err
+    assert not list((target / ".cache").rglob("*.incomplete"))
+    assert_not_verified(target)
+
+
+def test_partial_files_of_a_killed_run_are_removed(hub: FakeHub, tmp_path: Path) -> None:
+    target = tmp_path / "model"
+    junk = target / ".cache" / "huggingface" / "download" / "abc.1234.incomplete"
+    junk.parent.mkdir(parents=True)
+    junk.write_bytes(b"x" * 5000)
+    r = run_download(hub, tmp_path / "hf", target)
+    assert r.returncode == 0, r.stderr
+    assert "removed 5.0 kB of partial files" in r.stderr
+    assert not junk.exists()
 
 
 def test_branch_refused_without_allow_branch(hub: FakeHub, tmp_path: Path) -> None:
@@ -218,9 +267,14 @@ def test_unauthorized_401(hub: FakeHub, tmp_path: Path) -> None:
 def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
     mnt = tmp_path / "small"
     mnt.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    r = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(mnt)], capture_output=True, text=True
+    )
     if r.returncode != 0:
-        pytest.skip(f"cannot mount a 24 MiB tmpfs for the disk-full test ({r.stderr.strip()}); needs root/CAP_SYS_ADMIN")
+        pytest.skip(
+            f"cannot mount a 24 MiB tmpfs for the disk-full test ({r.stderr.strip()}); "
+            "needs root/CAP_SYS_ADMIN"
+        )
     try:
         yield mnt
     finally:
@@ -228,7 +282,9 @@ def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
 
 
 def big_repo() -> dict[str, RepoFile]:
-    files = {"config.json": RepoFile("config.json", json.dumps({"architectures": [ARCH]}).encode(), lfs=False)}
+    files = {
+        "config.json": RepoFile("config.json", json.dumps({"architectures": [ARCH]}).encode(), lfs=False)
+    }
     weight_map = {}
     for i in range(3):
         name = f"model-{i + 1:05d}-of-00003.safetensors"

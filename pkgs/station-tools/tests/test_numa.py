@@ -21,7 +21,7 @@ from vllm_station.host import numa
 
 pytestmark = pytest.mark.skipif(
     not numa.available(),
-    reason="libnuma or kernel NUMA support missing: apt-get install libnuma1 (the NUMA tests need the real one)",
+    reason="libnuma or kernel NUMA support missing: apt-get install libnuma1 (these tests need the real one)",
 )
 
 FAKE_NO_NUMA_C = """
@@ -69,7 +69,11 @@ def test_bind_node0_is_read_back_from_the_kernel() -> None:
         """
     )
     proc = subprocess.Popen(
-        [sys.executable, "-c", child], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=_child_env()
+        [sys.executable, "-c", child],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=_child_env(),
     )
     try:
         assert proc.stdout is not None and proc.stdin is not None
@@ -159,9 +163,7 @@ def test_library_hidden_from_the_loader(tmp_path: Path) -> None:
     )  # fmt: skip
     if real is None:
         pytest.skip(f"cannot find the file behind {name} to hide it")
-    probe = subprocess.run(
-        ["unshare", "-m", "true"], capture_output=True, text=True, timeout=30
-    )
+    probe = subprocess.run(["unshare", "-m", "true"], capture_output=True, text=True, timeout=30)
     if probe.returncode != 0:
         pytest.skip(f"unshare -m not permitted here ({probe.stderr.strip()}); needs CAP_SYS_ADMIN")
     script = tmp_path / "hide.sh"
@@ -181,7 +183,9 @@ def test_library_hidden_from_the_loader(tmp_path: Path) -> None:
 def fake_no_numa_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
-        pytest.skip("no C compiler to build a libnuma stand-in that reports no NUMA support (apt-get install gcc)")
+        pytest.skip(
+            "no C compiler to build a libnuma stand-in that reports no NUMA support (apt-get install gcc)"
+        )
     d = tmp_path_factory.mktemp("fakenuma")
     (d / "fake.c").write_text(FAKE_NO_NUMA_C)
     lib = d / "libnuma.so.1"

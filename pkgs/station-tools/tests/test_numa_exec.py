@@ -67,7 +67,7 @@ def test_numactl_show_in_child() -> None:
 def test_exec_replaces_the_process_and_keeps_exit_code(tmp_path: Path) -> None:
     marker = tmp_path / "ran"
     proc = subprocess.Popen(
-        [*STATION, "numa-exec", "--", "sh", "-c", f'echo $$ > {marker}; exit 7'], env=dict(os.environ)
+        [*STATION, "numa-exec", "--", "sh", "-c", f"echo $$ > {marker}; exit 7"], env=dict(os.environ)
     )
     proc.wait(timeout=60)
     assert proc.returncode == 7

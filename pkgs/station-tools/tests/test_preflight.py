@@ -174,6 +174,22 @@ def test_numa_wrong_gpu_node(gb300: Path) -> None:
     assert r.fix is not None and "to 1" in r.fix
 
 
+def test_numa_cross_checked_with_nvml(gb300: Path) -> None:
+    """On a Grace system NVML names the GPU's memory node; a gpuNode that disagrees is a FAIL."""
+    report = h200(644939776, [])
+    report.gpus[0].numa_node = 1
+    ctx = Context(root=gb300, config=PreflightConfig.from_mapping({"gpuNode": 1}))
+    ctx.prime("nvml", report)
+    (ok,) = run_checks(ctx, ["numa"])
+    assert ok.status is Status.PASS and ok.details["nvml_gpu_numa_nodes"] == [1]
+    report.gpus[0].numa_node = 2
+    ctx = Context(root=gb300)
+    ctx.prime("nvml", report)
+    (bad,) = run_checks(ctx, ["numa"])
+    assert bad.status is Status.FAIL
+    assert "NVML says GPU memory is NUMA node [2], but gpuNode is 1" in bad.figure
+
+
 def test_numa_one_node_machine(tmp_path: Path) -> None:
     r = run_one(one_node_root(tmp_path), "numa")
     assert r.status is Status.PASS

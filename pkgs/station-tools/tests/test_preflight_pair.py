@@ -359,6 +359,15 @@ def test_local_rail_address_not_on_this_host(root: Path, listener: tuple[str, in
     assert "rail address 192.0.2.10 is not configured on this host" in result.figure
 
 
+def test_peer_beacon_port_is_probed_when_configured(root: Path, listener: tuple[str, int]) -> None:
+    # the pair module's beacon listens while the peer serves and is open to us; masterPort may not be
+    host, port = listener
+    cfg = config(workerAddress=host, masterPort=closed_port(host), beaconPort=port)
+    result = run_one(root, "rail-peer", cfg)
+    assert result.status is Status.PASS
+    assert result.details["port_name"] == "beaconPort" and result.details["port"] == port
+
+
 def test_peer_address_missing(root: Path) -> None:
     result = run_one(root, "rail-peer", config(workerAddress=None))
     assert result.status is Status.FAIL and "pair.workerAddress is not set" in result.figure
@@ -507,6 +516,22 @@ def test_peer_stamp_server_silent_times_out(root: Path) -> None:
             pair.fetch_peer_stamp(Context(root=root), url, timeout=0.3)
     finally:
         sock.close()
+
+
+def test_worker_before_the_head_warns_on_an_unreachable_head_stamp(root: Path) -> None:
+    local_and_peer(root)
+    url = f"http://127.0.0.1:{closed_port('127.0.0.1')}/stamp"  # the head's beacon is not up yet
+    result = run_one(root, "pair-revision", config(role="worker", rank=1, peerStampUrl=url))
+    assert result.status is Status.WARN
+    assert "the head compares both stamps when it starts" in result.figure
+
+
+def test_head_fails_on_an_unreachable_worker_stamp(root: Path) -> None:
+    local_and_peer(root)
+    url = f"http://127.0.0.1:{closed_port('127.0.0.1')}/stamp"
+    result = run_one(root, "pair-revision", config(peerStampUrl=url))
+    assert result.status is Status.FAIL
+    assert "cannot read the worker's stamp" in result.figure and "start the worker first" in result.fix
 
 
 def test_no_local_stamp(root: Path) -> None:

@@ -1,5 +1,5 @@
-"""`station verify` on real safetensors checkpoints (safetensors + numpy): it passes good ones and refuses every
-broken one with the file named and no stamp — including a stale stamp from an earlier good run."""
+"""`station verify` on real safetensors checkpoints (safetensors + numpy): it passes good ones and refuses
+every broken one with the file named and no stamp — including a stale stamp from an earlier good run."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def station(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def record_hashes(directory: Path, repo: str = "org/model", revision: str = "a" * 40) -> None:
-    """What `station download` writes from the hub's metadata: LFS sha256 for shards, git blob ids otherwise."""
+    """What `station download` records from the hub: LFS sha256 for shards, git blob ids otherwise."""
     import hashlib
 
     files = {}
@@ -144,7 +144,9 @@ def test_flipped_byte_passes_headers_but_fails_sha256(ckpt: Path) -> None:
     data = bytearray(p.read_bytes())
     data[-5] ^= 0xFF  # inside the tensor data: the header is still perfect
     p.write_bytes(bytes(data))
-    assert verify_cli(ckpt).returncode == 0  # header-only verify cannot see it (and says so: sha256 not checked)
+    assert (
+        verify_cli(ckpt).returncode == 0
+    )  # header-only verify cannot see it (and says so: sha256 not checked)
     assert json.loads((ckpt / STAMP_NAME).read_text())["sha256_checked"] is False
     assert_refused(verify_cli(ckpt, "--sha256"), ckpt, SHARD2, "sha256 mismatch")
 
@@ -187,7 +189,9 @@ def test_index_places_tensor_in_wrong_shard(ckpt: Path) -> None:
     idx = json.loads((ckpt / "model.safetensors.index.json").read_text())
     idx["weight_map"]["model.layers.1.mlp.experts.2.weight"] = "model-00001-of-00003.safetensors"
     (ckpt / "model.safetensors.index.json").write_text(json.dumps(idx))
-    assert_refused(verify_cli(ckpt), ckpt, "model-00001-of-00003.safetensors", "indexed tensors not in this shard")
+    assert_refused(
+        verify_cli(ckpt), ckpt, "model-00001-of-00003.safetensors", "indexed tensors not in this shard"
+    )
 
 
 def test_wrong_architecture(ckpt: Path) -> None:
@@ -325,7 +329,11 @@ def make_sparse_50_shards(d: Path, tensors_per_shard: int, total_bytes: int) -> 
         header = {"__metadata__": {"format": "pt"}}
         for t in range(tensors_per_shard):
             key = f"model.layers.{s}.mlp.experts.{t}.down_proj.weight"
-            header[key] = {"dtype": "U8", "shape": [rows, cols], "data_offsets": [t * nbytes, (t + 1) * nbytes]}
+            header[key] = {
+                "dtype": "U8",
+                "shape": [rows, cols],
+                "data_offsets": [t * nbytes, (t + 1) * nbytes],
+            }
             weight_map[key] = name
         raw = json.dumps(header).encode()
         raw += b" " * (-len(raw) % 8)
@@ -344,7 +352,15 @@ def test_header_only_verify_of_50_shard_464gb_checkpoint_is_fast(tmp_path: Path)
     assert size > 460 * 10**9
     t0 = time.monotonic()
     r = station(
-        "verify", str(d), "--expect-arch", ARCH, "--expect-quant-algo", ALGO, "--expect-shards", "50", "--json"
+        "verify",
+        str(d),
+        "--expect-arch",
+        ARCH,
+        "--expect-quant-algo",
+        ALGO,
+        "--expect-shards",
+        "50",
+        "--json",
     )
     wall = time.monotonic() - t0
     assert r.returncode == 0, r.stderr

@@ -32,6 +32,7 @@ import logging
 import os
 import re
 import shutil
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -189,6 +190,32 @@ def _is_complete(directory: Path, f: HubFile) -> bool:
         return False
 
 
+def remove_partials(directory: Path) -> int:
+    """Delete partial files a killed earlier run left in huggingface_hub's local-dir cache; bytes freed.
+
+    huggingface_hub 2.x names each partial file uniquely per process and cannot reuse it, so after a crash
+    (SIGKILL, power loss) it is dead weight — up to a whole shard.
+    """
+    freed = 0
+    partial_dir = directory / ".cache" / "huggingface" / "download"
+    if not partial_dir.is_dir():
+        return 0
+    for p in partial_dir.rglob("*.incomplete"):
+        try:
+            size = p.stat().st_size
+            p.unlink()
+        except OSError as exc:
+            log.warning("cannot remove the partial file %s: %s", p, exc)
+            continue
+        freed += size
+    return freed
+
+
+def _terminate(signum: int, frame: object) -> None:
+    """SIGTERM (systemd stop) → KeyboardInterrupt, so huggingface_hub's cleanup of its partial file runs."""
+    raise KeyboardInterrupt
+
+
 def check_space(directory: Path, files: list[HubFile]) -> int:
     """Raise when the files still to fetch do not fit; returns the bytes still needed."""
     needed = sum(f.size for f in files if not _is_complete(directory, f))
@@ -302,6 +329,7 @@ def offline(args: argparse.Namespace, directory: Path) -> tuple[str, int]:
 
 def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
+    signal.signal(signal.SIGTERM, _terminate)
     # 1. the binding comes first: every page this process caches from here on lands on these nodes
     membind = None if args.no_membind else bind_memory(args.membind)
     if membind:
@@ -349,6 +377,9 @@ def run(args: argparse.Namespace) -> int:
         )
     files = _select(listed, args.include)
 
+    freed = remove_partials(directory)
+    if freed:
+        print(f"station download: removed {_gb(freed)} of partial files left by an earlier run", file=sys.stderr)
     check_space(directory, files)
     remove_stamp(directory)
     previous = None

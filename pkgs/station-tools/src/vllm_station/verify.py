@@ -313,6 +313,7 @@ def list_files(directory: Path) -> tuple[list[FileEntry], list[Problem]]:
     """Every regular file under directory (relative paths), minus station's own files and .cache/."""
     entries: list[FileEntry] = []
     problems: list[Problem] = []
+
     def walk_error(exc: OSError) -> None:
         rel = Path(exc.filename).relative_to(directory).as_posix() if exc.filename else str(directory)
         problems.append(Problem(rel, _read_error(exc)))

@@ -47,6 +47,8 @@ def build(models: Path, key: str, force: bool) -> None:
         "built_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
     (tmp / manifest.STAMP).write_text(json.dumps(stamp, indent=2) + "\n")
+    for path in [tmp, *tmp.rglob("*")]:  # readable by everyone who runs the tests on this machine
+        path.chmod(0o755 if path.is_dir() else 0o644)
     old = models / f".old-{final.name}"
     shutil.rmtree(old, ignore_errors=True)
     if final.exists():

@@ -50,6 +50,15 @@ def _read_failure(name: str, err: sysfs.HostReadError) -> CheckResult:
 # --- NUMA ----------------------------------------------------------------------------------------
 
 
+def _nvml_numa_nodes(ctx: Context) -> list[int]:
+    """The NUMA nodes NVML reports as GPU memory (coherent mode on Grace); [] without NVML."""
+    try:
+        report = nvml_report(ctx)
+    except NvmlUnavailable:
+        return []
+    return sorted({g.numa_node for g in report.gpus if g.numa_node is not None})
+
+
 @check("numa", description="NUMA nodes; which node holds the GPU's memory (memory, no CPUs)")
 def numa(ctx: Context) -> CheckResult:
     node = ctx.config.gpu_node
@@ -75,6 +84,17 @@ def numa(ctx: Context) -> CheckResult:
         "gpu_node": node,
     }
     nodes_text = ", ".join(f"node{n.node} {gib(n.mem_total)}{'' if n.cpus else ' (no CPUs)'}" for n in layout)
+    nvml_nodes = _nvml_numa_nodes(ctx)
+    details["nvml_gpu_numa_nodes"] = nvml_nodes
+    if nvml_nodes and node not in nvml_nodes:
+        return CheckResult(
+            "numa",
+            Status.FAIL,
+            f"{nodes_text}; NVML says GPU memory is NUMA node {nvml_nodes}, but gpuNode is {node}",
+            threshold="gpuNode is the GPU's memory node (NVML nvmlDeviceGetNumaNodeId)",
+            fix=f"set gpuNode to {nvml_nodes[0]}: the page-cache check and pre-start watch the wrong node",
+            details=details,
+        )
     if node in gpu_nodes:
         return CheckResult(
             "numa",

@@ -220,6 +220,10 @@ class Context:
             raise value
         return value  # type: ignore[no-any-return]
 
+    def prime(self, key: str, value: Any) -> None:
+        """Provide a reading up front (a caller that already has it; tests with recorded data)."""
+        self.cache[key] = (True, value)
+
     def host_path(self, path: str | Path) -> Path:
         """A host path (as the config names it) inside `root`."""
         p = Path(path)

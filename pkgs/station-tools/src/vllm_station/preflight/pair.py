@@ -382,6 +382,15 @@ def _differs(addr: ipaddress.IPv6Address, local: str) -> bool:
 # --- peer reachability ---------------------------------------------------------------------------
 
 
+def _probe_port(ctx: Context, pair: PairConfig) -> tuple[int, str]:
+    """The peer port to probe: the pair beacon's (`pair.beaconPort`: open to us in the peer's firewall,
+    listening while the peer serves) when the config names it, else the rendezvous `masterPort`."""
+    beacon = _pair_raw(ctx).get("beaconPort")
+    if isinstance(beacon, int) and not isinstance(beacon, bool) and 0 < beacon < 65536:
+        return beacon, "beaconPort"
+    return pair.master_port, "masterPort"
+
+
 def _peer_timeout(ctx: Context) -> float:
     value = _pair_raw(ctx).get("peerTimeoutSeconds", PEER_CONNECT_TIMEOUT_S)
     ok = isinstance(value, int | float) and not isinstance(value, bool) and value > 0
@@ -395,10 +404,18 @@ def rail_peer(ctx: Context) -> CheckResult:
     peer_option = "workerAddress" if pair.role != "worker" else "headAddress"
     if not peer:
         return _missing("rail-peer", peer_option, "the peer station's rail address")
-    port = pair.master_port
+    port, port_name = _probe_port(ctx, pair)
     timeout = _peer_timeout(ctx)
-    threshold = f"TCP {peer}:{port} answers within {timeout:g} s" + (f" from {local}" if local else "")
-    details: dict[str, Any] = {"local": local, "peer": peer, "port": port, "timeout_s": timeout}
+    threshold = f"TCP {peer}:{port} ({port_name}) answers within {timeout:g} s" + (
+        f" from {local}" if local else ""
+    )
+    details: dict[str, Any] = {
+        "local": local,
+        "peer": peer,
+        "port": port,
+        "port_name": port_name,
+        "timeout_s": timeout,
+    }
     try:
         conn = socket.create_connection(
             (peer, port), timeout=timeout, source_address=(local, 0) if local else None
@@ -423,10 +440,10 @@ def rail_peer(ctx: Context) -> CheckResult:
                 "rail-peer",
                 Status.WARN,
                 f"{peer} answered on the rail but refused port {port}: nothing listens there yet "
-                "(expected while the head's vLLM is not running; the worker starts first)",
+                "(expected on the worker before the head starts: the worker starts first)",
                 threshold,
-                "none needed before the first start; if the head is already serving, it is not on "
-                f"{peer}:{port} — check pair.headAddress/masterPort on both stations",
+                "none on the worker before the head's first start; on the head, start the worker first "
+                f"(`systemctl start vllm-station` on {peer}) and check pair.{port_name} on both stations",
                 details,
             )
         if err.errno == errno.EADDRNOTAVAIL and local:
@@ -522,6 +539,10 @@ def memlock(ctx: Context) -> CheckResult:
 # --- both stations at the same revision ----------------------------------------------------------
 
 
+class PeerUnreachable(ValueError):
+    """The peer's stamp publisher did not answer at all (refused, timeout, no route)."""
+
+
 def fetch_peer_stamp(ctx: Context, source: str, timeout: float = PEER_STAMP_TIMEOUT_S) -> dict[str, Any]:
     """The peer's verify stamp from an http(s) URL, a file:// URL or a path. ValueError names the problem."""
     parsed = urlparse(source)
@@ -529,7 +550,9 @@ def fetch_peer_stamp(ctx: Context, source: str, timeout: float = PEER_STAMP_TIME
         try:
             response = httpx.get(source, timeout=timeout, follow_redirects=False)
         except httpx.TimeoutException as err:
-            raise ValueError(f"{source} did not answer within {timeout:g} s") from err
+            raise PeerUnreachable(f"{source} did not answer within {timeout:g} s") from err
+        except httpx.TransportError as err:
+            raise PeerUnreachable(f"cannot reach {source}: {err}") from err
         except httpx.HTTPError as err:
             raise ValueError(f"cannot fetch {source}: {err}") from err
         if response.status_code != 200:
@@ -612,6 +635,25 @@ def pair_revision(ctx: Context) -> CheckResult:
         )
     try:
         peer = fetch_peer_stamp(ctx, pair.peer_stamp_url)
+    except PeerUnreachable as err:
+        if pair.role == "worker":  # the worker starts first; the head compares both stamps at its start
+            return CheckResult(
+                "pair-revision",
+                Status.WARN,
+                f"the head's stamp is not reachable yet ({err}); "
+                "the head compares both stamps when it starts",
+                threshold,
+                "none before the head's first start; later, check the head's beacon and pair.peerStampUrl",
+                {"peer_stamp_url": pair.peer_stamp_url},
+            )
+        return CheckResult(
+            "pair-revision",
+            Status.FAIL,
+            f"cannot read the worker's stamp: {err}",
+            threshold,
+            "start the worker first (its beacon serves the stamp while it runs) and check pair.peerStampUrl",
+            {"peer_stamp_url": pair.peer_stamp_url},
+        )
     except ValueError as err:
         return CheckResult(
             "pair-revision",

@@ -1,0 +1,37 @@
+# Example: one DGX Station GB300 serving GLM-5.3-Flash at its full 1M-token context
+# (`nixosConfigurations.flash-station`). The flake adds `nixosModules.default` and the platform
+# (aarch64-linux); checks/nixos/ evaluates it for x86_64-linux and aarch64-linux too.
+{ ... }:
+{
+  services.vllm-station = {
+    serve = {
+      enable = true;
+      preset = "glm53-flash";
+      # The digest you pulled and tested (`docker inspect --format '{{index .RepoDigests 0}}' IMAGE`);
+      # this one is a placeholder of the right shape.
+      image = "vllm/vllm-openai@sha256:4b5ad1f6c2e3d4a5b6c7d8e9f0a1b2c3d4e5f60718293a4b5c6d7e8f9a0b1c2d";
+      # Serve the office network, with a key (vLLM itself has no authentication otherwise).
+      host = "0.0.0.0";
+      openFirewall = true;
+      apiKeyFile = "/run/secrets/vllm-api-key";
+      preflight.enable = true;
+    };
+    # CDMM, zone reclaim, no NUMA balancing, init_on_alloc=0, unlimited memlock.
+    host.enable = true;
+  };
+
+  # The GPU driver behind CDI (`hardware.nvidia-container-toolkit`, enabled by the serve module).
+  nixpkgs.config.allowUnfree = true;
+  services.xserver.videoDrivers = [ "nvidia" ]; # selects the driver; no X server is enabled
+  hardware.nvidia.open = true; # GB300 (Blackwell) needs the open kernel modules
+
+  # A bootable minimum, so the example evaluates as a whole system.
+  boot.loader.grub.enable = false;
+  boot.loader.systemd-boot.enable = true;
+  fileSystems."/" = {
+    device = "/dev/disk/by-label/nixos";
+    fsType = "ext4";
+  };
+  networking.hostName = "flash-station";
+  system.stateVersion = "24.11";
+}

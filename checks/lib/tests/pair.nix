@@ -1,0 +1,412 @@
+# services.vllm-station.pair: env rendering for both roles, flags, ordering, firewall, assertions,
+# and the glm53-tp2 preset.
+{ lib, h }:
+let
+  headIp = "192.168.100.1";
+  workerIp = "192.168.100.2";
+
+  station = role: {
+    services.vllm-station.serve = {
+      enable = true;
+      preset = "glm53-tp2";
+      image = h.image;
+      model = "/var/lib/vllm-station-models/glm53";
+    };
+    services.vllm-station.pair = {
+      enable = true;
+      inherit role;
+      headAddress = headIp;
+      workerAddress = workerIp;
+      railInterface = "cx8r1";
+      railHca = "mlx5_1";
+    };
+  };
+  head = station "head";
+  worker = station "worker";
+  with' = base: extra: [
+    base
+    extra
+  ];
+
+  sc = config: (h.unit config).serviceConfig;
+  start = config: h.argv (sc config).ExecStart;
+  vllmArgs = config: config.services.vllm-station.serve.vllmArgs;
+  envText = config: config.environment.etc."vllm-station/pair.env".text;
+  # KEY=value lines back into an attrset (and the lines must be exactly that shape).
+  envOf =
+    config:
+    lib.listToAttrs (
+      map (
+        line:
+        let
+          m = builtins.match "([A-Z_][A-Z0-9_]*)=(.*)" line;
+        in
+        if m == null then
+          throw "pair.env line is not KEY=value: ${line}"
+        else
+          lib.nameValuePair (builtins.elemAt m 0) (builtins.elemAt m 1)
+      ) (lib.filter (l: l != "") (lib.splitString "\n" (envText config)))
+    );
+  beacon = config: config.systemd.services.vllm-station-pair-beacon;
+  # Index of the first element of `sub` inside `list` followed by the rest of `sub`, or null.
+  hasRun =
+    list: sub:
+    let
+      n = lib.length sub;
+      idxs = lib.range 0 (lib.length list - n);
+    in
+    lib.length list >= n && lib.any (i: lib.sublist i n list == sub) idxs;
+  firewallLines =
+    config:
+    lib.filter (l: l != "") (lib.splitString "\n" config.networking.firewall.extraCommands);
+
+  commonEnv = {
+    HEAD_IP = headIp;
+    WORKER_IP = workerIp;
+    RAIL_IFACE = "cx8r1";
+    RAIL_HCA = "mlx5_1";
+    MASTER_ADDR = headIp;
+    MASTER_PORT = "29500";
+    NCCL_SOCKET_IFNAME = "cx8r1";
+    GLOO_SOCKET_IFNAME = "cx8r1";
+    NCCL_IB_HCA = "=mlx5_1";
+    NCCL_IB_GID_INDEX = "3";
+    NCCL_NET_GDR_LEVEL = "SYS";
+    NCCL_DEBUG = "INFO";
+  };
+in
+{
+  # ---- environment, both roles ----
+  env-head = h.check [ head ] (
+    config:
+    h.eq "pair.env (head)" (envOf config) (
+      commonEnv
+      // {
+        RANK = "0";
+        VLLM_HOST_IP = headIp;
+      }
+    )
+    ++ h.eq "pair.env mode" config.environment.etc."vllm-station/pair.env".mode "0444"
+  );
+
+  env-worker = h.check [ worker ] (
+    config:
+    h.eq "pair.env (worker)" (envOf config) (
+      commonEnv
+      // {
+        RANK = "1";
+        VLLM_HOST_IP = workerIp;
+      }
+    )
+  );
+
+  env-overrides = h.check (with' worker {
+    services.vllm-station.pair.environment = {
+      NCCL_DEBUG = "WARN";
+      NCCL_IB_TIMEOUT = "22";
+    };
+    services.vllm-station.pair.gidIndex = 5;
+  }) (
+    config:
+    let
+      env = envOf config;
+    in
+    h.eq "NCCL_DEBUG overridden" env.NCCL_DEBUG "WARN"
+    ++ h.eq "new key added" env.NCCL_IB_TIMEOUT "22"
+    ++ h.eq "gidIndex follows" env.NCCL_IB_GID_INDEX "5"
+    ++ h.eq "others kept" env.NCCL_SOCKET_IFNAME "cx8r1"
+  );
+
+  # The unit loads the same file the shells source: EnvironmentFile= and the container's --env-file.
+  env-file-loaded-by-unit = h.check [ head ] (
+    config:
+    h.contains "EnvironmentFile" (sc config).EnvironmentFile "/etc/vllm-station/pair.env"
+    ++ h.ok "container --env-file /etc/vllm-station/pair.env in ${builtins.toJSON (start config)}" (
+      hasRun (start config) [
+        "--env-file"
+        "/etc/vllm-station/pair.env"
+      ]
+    )
+    ++ h.ok "restart on env change" (lib.elem (envText config) (h.unit config).restartTriggers)
+  );
+
+  env-file-native = h.check (with' worker {
+    services.vllm-station.serve.backend = "native";
+    services.vllm-station.serve.image = lib.mkForce null;
+  }) (
+    config:
+    h.contains "EnvironmentFile" (sc config).EnvironmentFile "/etc/vllm-station/pair.env"
+    ++ h.lacks "no container option on native" (start config) "--env-file"
+  );
+
+  # ---- flags ----
+  flags-head = h.check [ head ] (
+    config:
+    let
+      args = vllmArgs config;
+    in
+    h.ok "TP/nodes/rank/master flags in ${builtins.toJSON args}" (
+      hasRun args [
+        "--tensor-parallel-size"
+        "2"
+      ]
+      && hasRun args [
+        "--nnodes"
+        "2"
+        "--node-rank"
+        "0"
+        "--master-addr"
+        headIp
+        "--master-port"
+        "29500"
+      ]
+    )
+    ++ h.lacks "head is not headless" args "--headless"
+    ++ h.contains "head serves the API" args "--port"
+    ++ h.ok "wait-ready on the head" ((sc config).ExecStartPost != [ ])
+  );
+
+  flags-worker = h.check [ worker ] (
+    config:
+    let
+      args = vllmArgs config;
+    in
+    h.ok "TP/nodes/rank/master flags in ${builtins.toJSON args}" (
+      hasRun args [
+        "--tensor-parallel-size"
+        "2"
+      ]
+      && hasRun args [
+        "--nnodes"
+        "2"
+        "--node-rank"
+        "1"
+        "--master-addr"
+        headIp
+        "--master-port"
+        "29500"
+      ]
+    )
+    ++ h.contains "worker is headless" args "--headless"
+    ++ h.lacks "worker exposes no API (--port)" args "--port"
+    ++ h.lacks "worker exposes no API (--host)" args "--host"
+    ++ h.eq "no readiness probe on the worker" (sc config).ExecStartPost [ ]
+  );
+
+  master-port-option = h.check (with' head { services.vllm-station.pair.masterPort = 31000; }) (
+    config:
+    h.ok "--master-port 31000" (
+      hasRun (vllmArgs config) [
+        "--master-port"
+        "31000"
+      ]
+    )
+    ++ h.eq "MASTER_PORT" (envOf config).MASTER_PORT "31000"
+  );
+
+  memlock = h.check [ worker ] (
+    config:
+    h.eq "LimitMEMLOCK" (sc config).LimitMEMLOCK "infinity"
+    ++ h.eq "container gets --ulimit=memlock=-1:-1 once" (lib.count (a: a == "--ulimit=memlock=-1:-1") (start config)) 1
+  );
+
+  memlock-with-host-module = h.check (with' worker { services.vllm-station.host.enable = true; }) (
+    config:
+    h.eq "LimitMEMLOCK" (sc config).LimitMEMLOCK "infinity"
+    ++ h.eq "--ulimit=memlock=-1:-1 once" (lib.count (a: a == "--ulimit=memlock=-1:-1") (start config)) 1
+  );
+
+  # ---- ordering ----
+  order-head-waits-for-worker = h.check [ head ] (
+    config:
+    let
+      pre = (sc config).ExecStartPre;
+      wait = lib.findFirst (p: lib.hasInfix "vllm-station-pair-wait-worker" p) null pre;
+      scripts = config.services.vllm-station.pair.scripts;
+      waitIdx = lib.lists.findFirstIndex (p: lib.hasInfix "vllm-station-pair-wait-worker" p) null pre;
+      prestartIdx = lib.lists.findFirstIndex (p: lib.hasInfix " \"prestart\"" p) null pre;
+      script = scripts.waitForWorker.text;
+    in
+    h.ok "wait-for-worker in ExecStartPre ${builtins.toJSON pre}" (wait != null)
+    ++ h.eq "it is the rendered script" (h.argv wait) [ "${scripts.waitForWorker}" ]
+    ++ h.ok "before prestart" (waitIdx != null && prestartIdx != null && waitIdx < prestartIdx)
+    ++ h.ok "probes the worker's beacon" (lib.hasInfix "http://${workerIp}:29510/ready" script)
+    ++ h.ok "bounded (300 s)" (lib.hasInfix "+ 300" script)
+    ++ h.ok "message names the worker address" (
+      lib.hasInfix "the worker ${workerIp} did not answer" script && lib.hasInfix "exit 1" script
+    )
+  );
+
+  order-worker-does-not-wait = h.check [ worker ] (
+    config:
+    h.eq "no wait-for-worker on the worker" (lib.filter (
+      p: lib.hasInfix "wait-worker" p
+    ) (sc config).ExecStartPre) [ ]
+  );
+
+  order-beacon = h.check [ worker ] (
+    config:
+    let
+      b = beacon config;
+      stop = config.services.vllm-station.pair.scripts.waitForHeadStop;
+    in
+    h.eq "bindsTo" b.bindsTo [ "vllm-station.service" ]
+    ++ h.eq "after (so it stops first)" b.after [ "vllm-station.service" ]
+    ++ h.eq "wantedBy" b.wantedBy [ "vllm-station.service" ]
+    ++ h.ok "serves on the worker's rail address" (
+      hasRun (h.argv b.serviceConfig.ExecStart) [
+        "--bind"
+        workerIp
+      ]
+    )
+    ++ h.eq "ExecStop is the stop-order wait" (map h.argv b.serviceConfig.ExecStop) [ [ "${stop}" ] ]
+    ++ h.ok "ExecStop waits for the head's master port" (
+      lib.hasInfix "/dev/tcp/${headIp}/29500" stop.text
+    )
+    ++ h.ok "bounded (90 s)" (lib.hasInfix "+ 90" stop.text)
+    ++ h.ok "stop timeout covers the wait" (b.serviceConfig.TimeoutStopSec > 90)
+  );
+
+  order-head-stops-freely = h.check [ head ] (
+    config: h.eq "head beacon has no ExecStop wait" (beacon config).serviceConfig.ExecStop [ ]
+  );
+
+  preflight-settings = h.check [ worker ] (
+    config:
+    let
+      p = (builtins.fromJSON config.environment.etc."vllm-station/preflight.json".text).pair;
+    in
+    h.eq "preflight pair" p {
+      role = "worker";
+      rank = 1;
+      headAddress = headIp;
+      workerAddress = workerIp;
+      railInterface = "cx8r1";
+      railHca = "mlx5_1";
+      gidIndex = 3;
+      masterPort = 29500;
+      peerStampUrl = "http://${headIp}:29510/stamp";
+    }
+  );
+
+  # ---- firewall ----
+  firewall-head = h.check [ head ] (
+    config:
+    h.eq "rules" (firewallLines config) [
+      "iptables -w -A nixos-fw -i cx8r1 -s ${workerIp} -p tcp --dport 29500 -j nixos-fw-accept"
+      "iptables -w -A nixos-fw -i cx8r1 -s ${workerIp} -p tcp --dport 29510 -j nixos-fw-accept"
+      "iptables -w -A nixos-fw -i cx8r1 -s ${workerIp} -p tcp --dport 32768:60999 -j nixos-fw-accept"
+    ]
+    ++ h.eq "nothing opened to the world" (config.networking.firewall.allowedTCPPorts or [ ]) [ ]
+    ++ h.eq "no port ranges to the world" (config.networking.firewall.allowedTCPPortRanges or [ ]) [ ]
+  );
+
+  firewall-worker = h.check [ worker ] (
+    config:
+    h.eq "rules" (firewallLines config) [
+      "iptables -w -A nixos-fw -i cx8r1 -s ${headIp} -p tcp --dport 29510 -j nixos-fw-accept"
+      "iptables -w -A nixos-fw -i cx8r1 -s ${headIp} -p tcp --dport 32768:60999 -j nixos-fw-accept"
+    ]
+    ++ h.eq "nothing opened to the world" (config.networking.firewall.allowedTCPPorts or [ ]) [ ]
+  );
+
+  firewall-every-rule-has-a-source = h.check [ head ] (
+    config:
+    h.eq "rules without -s PEER" (lib.filter (l: !lib.hasInfix "-s ${workerIp} " l) (firewallLines config)) [ ]
+  );
+
+  firewall-nftables = h.check (with' head { networking.nftables.enable = true; }) (
+    config:
+    h.eq "no iptables commands" config.networking.firewall.extraCommands ""
+    ++ h.eq "nftables rule" config.networking.firewall.extraInputRules ''
+      iifname "cx8r1" ip saddr ${workerIp} tcp dport { 29500, 29510, 32768-60999 } accept comment "vllm-station pair: head"
+    ''
+  );
+
+  firewall-ipv6 = h.check (with' worker {
+    services.vllm-station.pair = {
+      headAddress = lib.mkForce "fd00::1";
+      workerAddress = lib.mkForce "fd00::2";
+    };
+  }) (config: h.ok "ip6tables" (lib.all (lib.hasPrefix "ip6tables -w -A nixos-fw -i cx8r1 -s fd00::1 ") (firewallLines config)));
+
+  firewall-off = h.check (with' head { services.vllm-station.pair.firewall.enable = false; }) (
+    config: h.eq "no rules" config.networking.firewall.extraCommands ""
+  );
+
+  head-api-port = h.check (with' head { services.vllm-station.serve.openFirewall = true; }) (
+    config: h.eq "head may open its API port" config.networking.firewall.allowedTCPPorts [ 8000 ]
+  );
+
+  # ---- the preset ----
+  preset-glm53-tp2 = h.check [ head ] (
+    config:
+    let
+      args = vllmArgs config;
+      flag = f: v: h.ok "${f} ${v} in ${builtins.toJSON args}" (hasRun args [ f v ]);
+    in
+    flag "--max-model-len" "98304"
+    ++ flag "--gpu-memory-utilization" "0.93"
+    ++ flag "--kv-cache-dtype" "fp8"
+    ++ flag "--speculative-config" ''{"method":"mtp","num_speculative_tokens":4}''
+    ++ flag "--served-model-name" "glm-5.3"
+    ++ h.contains "prefix caching" args "--enable-prefix-caching"
+    ++ h.eq "model (overridden by the local path)" (builtins.head args) "/var/lib/vllm-station-models/glm53"
+    ++ h.eq "checkpoint expectations" config.services.vllm-station.download.expectations."nvidia/GLM-5.3-NVFP4" {
+      arch = "GlmMoeDsaForCausalLM";
+      quantAlgo = "MIXED_PRECISION";
+      shards = 50;
+    }
+  );
+
+  preset-model-default = h.check [ { services.vllm-station.serve.preset = "glm53-tp2"; } ] (
+    config: h.eq "model" config.services.vllm-station.serve.model "nvidia/GLM-5.3-NVFP4"
+  );
+
+  import-enables-nothing = h.check [ ] (
+    config:
+    h.eq "no beacon" (config.systemd.services ? vllm-station-pair-beacon) false
+    ++ h.eq "no pair.env" ((config.environment.etc or { }) ? "vllm-station/pair.env") false
+    ++ h.eq "no firewall commands" config.networking.firewall.extraCommands ""
+  );
+
+  # ---- every assertion ----
+  assert-missing-peer = h.assertionFails [
+    (lib.recursiveUpdate head { services.vllm-station.pair.workerAddress = null; })
+  ] "headAddress and workerAddress must both be set";
+
+  assert-missing-head = h.assertionFails [
+    (lib.recursiveUpdate worker { services.vllm-station.pair.headAddress = null; })
+  ] "missing: headAddress";
+
+  assert-rank-mismatch = h.assertionFails (with' worker {
+    services.vllm-station.pair.rank = 0;
+  }) "role \"worker\" runs rank 1, but rank = 0";
+
+  assert-tp-size = h.assertionFails (with' head {
+    services.vllm-station.serve.tensorParallelSize = 4;
+  }) "serve.tensorParallelSize is 4, but a pair is 2 stations";
+
+  assert-same-address = h.assertionFails [
+    (lib.recursiveUpdate head { services.vllm-station.pair.workerAddress = headIp; })
+  ] "headAddress and workerAddress are both ${headIp}";
+
+  assert-worker-api-port = h.assertionFails (with' worker {
+    services.vllm-station.serve.openFirewall = true;
+  }) "a worker serves no API, but services.vllm-station.serve.openFirewall is true";
+
+  assert-serve-enabled = h.assertionFails [
+    (lib.recursiveUpdate head { services.vllm-station.serve.enable = false; })
+  ] "set services.vllm-station.serve.enable = true";
+
+  assert-env-value = h.assertionFails (with' head {
+    services.vllm-station.pair.environment.NCCL_DEBUG = "INFO ; rm -rf /";
+  }) "offending: NCCL_DEBUG";
+
+  warning-start-timeout = h.check (with' head { services.vllm-station.pair.workerWaitSeconds = 1500; }) (
+    config:
+    h.ok "warns about the start timeout: ${builtins.toJSON config.warnings}" (
+      lib.any (lib.hasInfix "counts against serve.startTimeout") config.warnings
+    )
+  );
+}

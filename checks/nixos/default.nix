@@ -1,0 +1,284 @@
+# Full NixOS evaluations (tier nix_nixos): checks/examples/*.nix with modules/ against a full
+# nixpkgs tree (NIXOS_TREE), asserting on the rendered unit text. Builds nothing.
+#
+#   nix-instantiate --eval --strict --json checks/nixos --argstr nixosTree "$NIXOS_TREE"
+#   … --argstr output units     # { "<example>/<system>" = unit text; } (for systemd-analyze)
+#   … --arg toplevel true       # also instantiate each system's toplevel (slower)
+#
+# Result: { passed = [ "<example>/<system>/<check>" … ]; failed = [ { name; message; } ]; }.
+{
+  nixosTree ? builtins.getEnv "NIXOS_TREE",
+  systems ? [
+    "x86_64-linux"
+    "aarch64-linux"
+  ],
+  output ? "results",
+  toplevel ? false,
+}:
+let
+  lib =
+    if nixosTree != "" then
+      import (nixosTree + "/lib")
+    else
+      throw "NIXOS_TREE unset: set NIXOS_TREE=/path/to/a/full/nixpkgs";
+  evalConfig = import (nixosTree + "/nixos/lib/eval-config.nix");
+
+  # Evaluation-only stand-ins (tests only, never in modules/): the offline tree lacks the Haskell
+  # package set, and writeShellApplication and friends ask for shellcheck while evaluating.
+  evaluationOnly = _final: prev: {
+    shellcheck = prev.coreutils;
+    shellcheck-minimal = prev.coreutils // {
+      compiler = prev.coreutils // {
+        meta.platforms = [ ];
+      };
+    };
+  };
+
+  evalExample =
+    file: system:
+    evalConfig {
+      inherit lib;
+      system = null;
+      modules = [
+        ../../modules
+        file
+        {
+          nixpkgs.hostPlatform = system;
+          nixpkgs.overlays = [ evaluationOnly ];
+          # The offline tree has no doc/ (the NixOS manual): leave documentation out.
+          documentation.enable = false;
+          documentation.nixos.enable = false;
+        }
+      ];
+    };
+
+  # ---- reading rendered units ----
+  # "[Unit]\nA=1\n[Service]\nB=2" -> { Unit = [ "A=1" ]; Service = [ "B=2" ]; }
+  sections =
+    text:
+    removeAttrs (lib.foldl' (
+      acc: line:
+      let
+        header = builtins.match "[[](.+)[]]" line;
+      in
+      if header != null then
+        acc // { current = builtins.head header; }
+      else if line == "" || lib.hasPrefix "#" line then
+        acc
+      else
+        acc // { ${acc.current} = (acc.${acc.current} or [ ]) ++ [ line ]; }
+    ) { current = "none"; } (lib.splitString "\n" text)) [ "current" ];
+  values =
+    section: key:
+    map (lib.removePrefix "${key}=") (lib.filter (lib.hasPrefix "${key}=") section);
+  # An Exec* value (utils.escapeSystemdExecArgs, maybe after +/-) back into its arguments.
+  argv =
+    line:
+    let
+      body = lib.removePrefix "-" (lib.removePrefix "+" line);
+    in
+    map (lib.replaceStrings [ "%%" "$$" ] [ "%" "$" ]) (
+      builtins.fromJSON ("[" + lib.replaceStrings [ "\" \"" ] [ "\",\"" ] body + "]")
+    );
+  after =
+    marker: list:
+    let
+      idx = lib.lists.findFirstIndex (a: a == marker) null list;
+    in
+    if idx == null then [ "<${marker} not found>" ] else lib.drop (idx + 1) list;
+  flagValue =
+    flag: list:
+    let
+      v = after flag list;
+    in
+    if v == [ ] then null else builtins.head v;
+
+  show = builtins.toJSON;
+  eq = what: actual: expected: lib.optional (actual != expected) "${what}: expected ${show expected}, got ${show actual}";
+  ok = what: cond: lib.optional (!cond) what;
+
+  presetFlags = host: [
+    "nvidia/GLM-5.3-Flash-NVFP4"
+    "--served-model-name"
+    "glm-5.3-flash"
+    "--host"
+    host
+    "--port"
+    "8888"
+    "--max-model-len"
+    "1048576"
+    "--max-num-seqs"
+    "256"
+    "--gpu-memory-utilization"
+    "0.94"
+    "--kv-cache-dtype"
+    "fp8"
+    "--enable-chunked-prefill"
+    "--enable-prefix-caching"
+    "--enable-auto-tool-choice"
+    "--tool-call-parser"
+    "glm47"
+    "--reasoning-parser"
+    "glm45"
+  ];
+
+  # ---- the checks of one evaluated example: name -> [ problems ] ----
+  flashChecks =
+    config:
+    let
+      cfg = config.services.vllm-station.serve;
+      # Context-free copies: only strings are compared here, nothing is built.
+      text = builtins.unsafeDiscardStringContext config.systemd.units."vllm-station.service".text;
+      s = sections text;
+      unit = s.Unit or [ ];
+      service = s.Service or [ ];
+      v = values service;
+      start = argv (builtins.head (v "ExecStart"));
+      pre = v "ExecStartPre";
+      post = v "ExecStartPost";
+      envFlags = lib.concatLists (
+        lib.imap0 (i: a: lib.optional (a == "--env" && i + 1 < lib.length start) (builtins.elemAt start (i + 1))) start
+      );
+      station = builtins.unsafeDiscardStringContext (lib.getExe config.services.vllm-station.package);
+      failedAssertions = map (a: a.message) (lib.filter (a: !a.assertion) config.assertions);
+    in
+    {
+      nixos-assertions = eq "failed NixOS assertions" failedAssertions [ ];
+      warnings = eq "warnings" config.warnings [ ];
+      start-limits-in-unit-section =
+        eq "[Unit] StartLimitBurst" (values unit "StartLimitBurst") [ "3" ]
+        ++ eq "[Unit] StartLimitIntervalSec" (values unit "StartLimitIntervalSec") [ "3600" ]
+        ++ eq "no StartLimit* in [Service]" (lib.filter (lib.hasPrefix "StartLimit") service) [ ];
+      restart-always =
+        eq "Restart" (v "Restart") [ "always" ] ++ eq "RestartSec" (v "RestartSec") [ "60" ];
+      prestart-privileged-every-start =
+        eq "ExecStartPre count (prestart, preflight)" (lib.length pre) 2
+        ++ ok "ExecStartPre starts with +: ${show pre}" (lib.all (lib.hasPrefix "+") pre)
+        ++ eq "prestart argv" (lib.take 2 (argv (builtins.head pre))) [
+          station
+          "prestart"
+        ]
+        ++ eq "prestart --gpu-node" (flagValue "--gpu-node" (argv (builtins.head pre))) "1"
+        ++ eq "prestart --runtime" (flagValue "--runtime" (argv (builtins.head pre))) "docker"
+        ++ eq "prestart --log-dir" (flagValue "--log-dir" (argv (builtins.head pre))) "/var/log/vllm-station";
+      preflight-gate = eq "preflight argv" (argv (lib.last pre)) [
+        station
+        "preflight"
+        "--config"
+        "/etc/vllm-station/preflight.json"
+      ];
+      preset-flags-exact = eq "vLLM flags after the image" (after cfg.image start) (presetFlags "0.0.0.0");
+      container-without-restart-policy-or-rm =
+        ok "a --restart flag in ExecStart" (!lib.any (lib.hasPrefix "--restart") start)
+        ++ ok "--rm in ExecStart" (!lib.elem "--rm" start)
+        ++ eq "container name" (flagValue "--name" start) "vllm-station"
+        ++ ok "GPUs through CDI" (lib.elem "nvidia.com/gpu=all" start);
+      ready-means-serving =
+        eq "ExecStartPost count" (lib.length post) 1
+        ++ eq "wait-ready argv" (argv (lib.removeSuffix " --api-key-file %d/api-key" (builtins.head post))) [
+          station
+          "wait-ready"
+          "--base-url"
+          "http://127.0.0.1:8888"
+          "--model"
+          "glm-5.3-flash"
+          "--timeout"
+          "840"
+        ]
+        ++ eq "TimeoutStartSec" (v "TimeoutStartSec") [ "900" ]
+        ++ ok "engine-ready timeout raised" (lib.elem "VLLM_ENGINE_READY_TIMEOUT_S=900" envFlags);
+      persistent-caches =
+        eq "CacheDirectory" (v "CacheDirectory") [ "vllm-station" ]
+        ++ eq "StateDirectory" (v "StateDirectory") [ "vllm-station" ]
+        ++ eq "LogsDirectory" (v "LogsDirectory") [ "vllm-station" ]
+        ++ ok "compile cache in the cache dir" (lib.elem "VLLM_CACHE_ROOT=/var/cache/vllm-station/vllm" envFlags)
+        ++ ok "cache dir mounted" (lib.elem "/var/cache/vllm-station:/var/cache/vllm-station" start);
+      api-key-not-in-unit =
+        eq "LoadCredential" (v "LoadCredential") [ "api-key:/run/secrets/vllm-api-key" ]
+        ++ ok "key forwarded by name" (lib.elem "VLLM_API_KEY" envFlags)
+        ++ ok "no --api-key flag" (!lib.elem "--api-key" start);
+      memlock =
+        eq "LimitMEMLOCK" (v "LimitMEMLOCK") [ "infinity" ]
+        ++ ok "container memlock" (lib.elem "--ulimit=memlock=-1:-1" start);
+      hardening =
+        eq "ProtectSystem" (v "ProtectSystem") [ "strict" ]
+        ++ eq "NoNewPrivileges" (v "NoNewPrivileges") [ "true" ]
+        ++ eq "CapabilityBoundingSet" (v "CapabilityBoundingSet") [ "" ]
+        ++ eq "PrivateTmp" (v "PrivateTmp") [ "true" ]
+        ++ ok "no NUMA binding" (v "NUMAPolicy" == [ ] && v "NUMAMask" == [ ]);
+      firewall = ok "port 8888 open" (lib.elem 8888 config.networking.firewall.allowedTCPPorts);
+      docker-with-cdi =
+        eq "docker" config.virtualisation.docker.enable true
+        ++ eq "nvidia-container-toolkit" config.hardware.nvidia-container-toolkit.enable true
+        ++ eq "docker CDI feature" (config.virtualisation.docker.daemon.settings.features.cdi or null) true
+        ++ ok "requires docker.service" (lib.elem "Requires=docker.service" unit);
+      host-tuning =
+        eq "vm.zone_reclaim_mode" config.boot.kernel.sysctl."vm.zone_reclaim_mode" 1
+        ++ eq "kernel.numa_balancing" config.boot.kernel.sysctl."kernel.numa_balancing" 0
+        ++ ok "init_on_alloc=0" (lib.elem "init_on_alloc=0" config.boot.kernelParams)
+        ++ ok "CDMM modprobe option" (
+          lib.hasInfix "options nvidia NVreg_CoherentGPUMemoryMode=driver" config.boot.extraModprobeConfig
+        );
+      preflight-json =
+        let
+          json = builtins.fromJSON config.environment.etc."vllm-station/preflight.json".text;
+        in
+        eq "preflight.json" {
+          inherit (json)
+            port
+            model
+            gpuNode
+            maxFilePagesGiB
+            gpuMemoryUtilization
+            maxModelLen
+            runtime
+            pair
+            ;
+        } {
+          port = 8888;
+          model = "nvidia/GLM-5.3-Flash-NVFP4";
+          gpuNode = 1;
+          maxFilePagesGiB = 4;
+          gpuMemoryUtilization = 0.94;
+          maxModelLen = 1048576;
+          runtime = "docker";
+          pair = null;
+        };
+    }
+    // lib.optionalAttrs toplevel {
+      toplevel-instantiates = ok "toplevel drvPath" (lib.hasSuffix ".drv" config.system.build.toplevel.drvPath);
+    };
+
+  examples = {
+    flash-station = {
+      file = ../examples/flash-station.nix;
+      checks = flashChecks;
+    };
+  };
+
+  evaluated = lib.concatMap (
+    name:
+    map (system: {
+      name = "${name}/${system}";
+      config = (evalExample examples.${name}.file system).config;
+      inherit (examples.${name}) checks;
+    }) systems
+  ) (lib.attrNames examples);
+
+  results = lib.concatMap (
+    e: lib.mapAttrsToList (check: problems: {
+      name = "${e.name}/${check}";
+      inherit problems;
+    }) (e.checks e.config)
+  ) evaluated;
+in
+if output == "units" then
+  lib.listToAttrs (map (e: lib.nameValuePair e.name e.config.systemd.units."vllm-station.service".text) evaluated)
+else
+  {
+    passed = map (r: r.name) (lib.filter (r: r.problems == [ ]) results);
+    failed = map (r: {
+      inherit (r) name;
+      message = lib.concatStringsSep "\n" r.problems;
+    }) (lib.filter (r: r.problems != [ ]) results);
+  }
