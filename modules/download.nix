@@ -249,7 +249,6 @@ let
 
   unitFor = name: m: {
     description = "vllm-station: ${if m.verifyOnly then "verify" else "download and verify"} ${m.model} (${name})";
-    documentation = [ "https://github.com/vllm-station/vllm-station/blob/main/docs/download.md" ];
     wants = lib.optional (!m.verifyOnly) "network-online.target";
     after = lib.optional (!m.verifyOnly) "network-online.target";
     # Bounded retries: a flaky link gets `retries` tries an hour, then the unit stays failed.
@@ -271,6 +270,7 @@ let
       User = cfg.user;
       Group = cfg.group;
       UMask = "0022"; # the serving container (another uid) reads the checkpoint
+      RemoveIPC = true;
       CacheDirectory = "vllm-station-download"; # its own: see the header on shared directories
       ReadWritePaths = [ m.dir ];
       LoadCredential = lib.optional (m.tokenFile != null && !m.verifyOnly) "hf-token:${m.tokenFile}";

@@ -55,7 +55,7 @@ let
   # Caches that make a restart cheap: torch.compile/Inductor, Triton, FlashInfer and CUDA JIT
   # output, and the Hugging Face hub cache. Same paths inside and outside the container.
   cacheEnvironment = {
-    HOME = stateDir;
+    HOME = "${cacheDir}/home"; # writable (the state directory is mounted read-only into the container)
     XDG_CACHE_HOME = cacheDir;
     HF_HOME = "${cacheDir}/huggingface";
     VLLM_CACHE_ROOT = "${cacheDir}/vllm";
@@ -302,6 +302,7 @@ let
   # inheriting its seccomp filters, capability bounding set and namespaces.
   podmanRelaxations = {
     CapabilityBoundingSet = [ ]; # podman needs CAP_SYS_ADMIN & co. to build the container
+    DeviceAllow = [ ]; # with DevicePolicy=auto: no allow-list, the runtime sets up the container's devices
     DevicePolicy = "auto"; # CDI injects /dev/nvidia* device nodes into the container
     MemoryDenyWriteExecute = false; # inherited by vLLM, whose JITs map generated code executable
     NoNewPrivileges = false; # inherited by the container's entrypoint
@@ -311,7 +312,9 @@ let
     ProcSubset = "all"; # inherited: NVML and vLLM read /proc/driver/nvidia
     ProtectControlGroups = false; # podman creates the container's cgroup
     ProtectHome = false; # no private mount namespace for the runtime (see PrivateTmp)
+    ProtectClock = false; # implies DeviceAllow=char-rtc, which turns the device policy into an allow-list
     ProtectHostname = false; # inherited seccomp filter would refuse the container's sethostname
+    ProtectKernelLogs = false; # needs a private mount namespace (see PrivateTmp)
     ProtectKernelModules = false; # podman may load overlay/netfilter modules on first use
     ProtectKernelTunables = false; # the runtime writes container sysctls
     ProtectProc = "default"; # needs a private mount namespace (see PrivateTmp)

@@ -9,7 +9,8 @@
 #
 # Every file in ./tests is `{ lib, h }: { <name> = <test>; … }` (see ./harness.nix for the test
 # shapes); its tests are named "<file>/<name>". Result: { passed = [ names ]; failed = [ { name; message; } ]; }.
-# `only` evaluates one test without catching its errors, to see the trace.
+# `only` evaluates one test without catching its errors, to see the trace; `--argstr output names`
+# lists the test names without running them.
 {
   nixpkgsLib ? builtins.getEnv "NIXPKGS_LIB",
   lib ?
@@ -18,6 +19,7 @@
     else
       throw "NIXPKGS_LIB unset: set NIXPKGS_LIB=/path/to/nixpkgs-lib (a tree with lib/) or pass --arg lib",
   only ? null,
+  output ? "results", # or "names": the test names, without running them
 }:
 let
   h = import ./harness.nix { inherit lib; };
@@ -34,7 +36,9 @@ let
 
   results = lib.mapAttrs (name: test: h.run name test) tests;
 in
-if only != null then
+if output == "names" then
+  lib.attrNames tests
+else if only != null then
   h.runUncaught only (tests.${only} or (throw "no test named ${only}; tests: ${toString (lib.attrNames tests)}"))
 else
   {

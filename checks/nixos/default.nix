@@ -4,6 +4,7 @@
 #   nix-instantiate --eval --strict --json checks/nixos --argstr nixosTree "$NIXOS_TREE"
 #   … --argstr output units     # { "<example>/<system>" = unit text; } (for systemd-analyze)
 #   … --arg toplevel true       # also instantiate each system's toplevel (slower)
+#   … --argstr output names     # the check names, without evaluating any system
 #
 # Result: { passed = [ "<example>/<system>/<check>" … ]; failed = [ { name; message; } ]; }.
 {
@@ -34,14 +35,13 @@ let
     };
   };
 
+  # An example is { file; } or { modules = [ … ]; }, with optional `systems` (default: all).
   evalExample =
-    file: system:
+    example: system:
     evalConfig {
       inherit lib;
       system = null;
-      modules = [
-        ../../modules
-        file
+      modules = [ ../../modules ] ++ (example.modules or [ example.file ]) ++ [
         {
           nixpkgs.hostPlatform = system;
           nixpkgs.overlays = [ evaluationOnly ];
@@ -249,20 +249,69 @@ let
       toplevel-instantiates = ok "toplevel drvPath" (lib.hasSuffix ".drv" config.system.build.toplevel.drvPath);
     };
 
+  # The native backend on the same example (a stand-in `vllm`: nixpkgs' is marked broken with CUDA),
+  # for its rendering and its systemd-analyze exposure.
+  nativeChecks =
+    config:
+    let
+      text = builtins.unsafeDiscardStringContext config.systemd.units."vllm-station.service".text;
+      service = (sections text).Service or [ ];
+      v = values service;
+      start = argv (builtins.head (v "ExecStart"));
+    in
+    {
+      nixos-assertions = eq "failed NixOS assertions" (map (a: a.message) (lib.filter (a: !a.assertion) config.assertions)) [ ];
+      vllm-serve-directly =
+        ok "ExecStart runs bin/vllm serve: ${show start}" (
+          lib.hasSuffix "/bin/vllm" (builtins.elemAt start 1) && builtins.elemAt start 2 == "serve"
+        )
+        ++ eq "preset flags" (after "serve" start) (presetFlags "0.0.0.0")
+        ++ ok "no container runtime" (!lib.any (lib.hasInfix "docker") start);
+      dynamic-user-sandbox =
+        eq "DynamicUser" (v "DynamicUser") [ "true" ]
+        ++ eq "PrivateUsers" (v "PrivateUsers") [ "true" ]
+        ++ eq "DevicePolicy" (v "DevicePolicy") [ "closed" ]
+        ++ ok "HF cache in the cache dir" (lib.elem ''Environment="HF_HOME=/var/cache/vllm-station/huggingface"'' service)
+        ++ ok "engine-ready timeout" (lib.elem ''Environment="VLLM_ENGINE_READY_TIMEOUT_S=900"'' service);
+      no-container-runtime =
+        eq "docker" config.virtualisation.docker.enable false
+        ++ eq "prestart --runtime" (flagValue "--runtime" (argv (builtins.head (v "ExecStartPre")))) "none";
+    };
+
   examples = {
     flash-station = {
       file = ../examples/flash-station.nix;
       checks = flashChecks;
     };
+    flash-station-native = {
+      modules = [
+        ../examples/flash-station.nix
+        (
+          { pkgs, ... }:
+          {
+            services.vllm-station.serve = {
+              backend = "native";
+              package = pkgs.writeShellScriptBin "vllm" "exit 1";
+            };
+          }
+        )
+      ];
+      systems = [ "x86_64-linux" ];
+      checks = nativeChecks;
+    };
+  }
+  # station-a / station-b (the pair; aarch64-linux only): ./pair.nix
+  // import ./pair.nix {
+    inherit lib sections values argv after eq ok show toplevel;
   };
 
   evaluated = lib.concatMap (
     name:
     map (system: {
       name = "${name}/${system}";
-      config = (evalExample examples.${name}.file system).config;
+      config = (evalExample examples.${name} system).config;
       inherit (examples.${name}) checks;
-    }) systems
+    }) (lib.intersectLists (examples.${name}.systems or systems) systems)
   ) (lib.attrNames examples);
 
   results = lib.concatMap (
@@ -272,7 +321,9 @@ let
     }) (e.checks e.config)
   ) evaluated;
 in
-if output == "units" then
+if output == "names" then
+  map (r: r.name) results
+else if output == "units" then
   lib.listToAttrs (map (e: lib.nameValuePair e.name e.config.systemd.units."vllm-station.service".text) evaluated)
 else
   {

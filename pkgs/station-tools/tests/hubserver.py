@@ -119,7 +119,7 @@ class HubState:
     stall_after: dict[str, int] = field(default_factory=dict)  # path -> bytes sent before the server stalls
     stalled: threading.Event = field(default_factory=threading.Event)  # set when a stall begins
     release: threading.Event = field(default_factory=threading.Event)  # set to end every stall
-    on_first_request: Callable[[], None] | None = None
+    on_first_request: Callable[[], object] | None = None
     requests: list[Request] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 

@@ -46,7 +46,8 @@ def test_c1_metrics_match_the_schedule(sim: SimProcess, tmp_path: Path) -> None:
     emitted = sim.stats()["emitted"]
     # the client's TTFT is the server's emitted TTFT plus loopback transfer both ways (about 1 ms idle;
     # the bounds leave room for a busy shared 2-core machine)
-    assert emitted["ttft"]["median"] <= lv["ttft"]["median"] <= emitted["ttft"]["median"] + 0.01
+    # (the simulator's median also covers the warm-up request, hence the small slack below)
+    assert emitted["ttft"]["median"] - 0.002 <= lv["ttft"]["median"] <= emitted["ttft"]["median"] + 0.01
     assert TTFT <= lv["ttft"]["median"] <= TTFT + 0.015
     assert lv["itl"]["median"] == pytest.approx(ITL, abs=0.001)
     assert lv["itl_chunks"]["median"] == pytest.approx(ITL, abs=0.002)

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from vllm_station.bench import expect
-from vllm_station.bench.client import RawResult
+from vllm_station.bench.wire import RawResult
 from vllm_station.bench.metrics import Dist, percentile, summarise_level
 from vllm_station.bench.parse import RequestResult, parse
 from vllm_station.bench.scrape import parse_prometheus
@@ -29,7 +29,7 @@ DONE = b"data: [DONE]\n\n"
 
 def _raw(chunks: list[tuple[float, bytes]], **kw: object) -> RawResult:
     r = RawResult(
-        index=0, t_sched=1.0, t_start=1.0, t_sent=1.0005, t_headers=1.01, t_end=chunks[-1][0] if chunks else 2
+        index=0, t_sched=0.9995, t_start=0.9995, t_sent=1.0, t_headers=1.01, t_end=chunks[-1][0] if chunks else 2
     )
     r.chunks = chunks
     for k, v in kw.items():

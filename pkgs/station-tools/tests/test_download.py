@@ -20,6 +20,11 @@ from hubserver import COMMIT, FakeHub, HubState, RepoFile, make_checkpoint, repo
 from vllm_station.host import numa
 from vllm_station.verify import HASHES_NAME, STAMP_NAME
 
+pytestmark = pytest.mark.skipif(
+    not numa.available(),
+    reason="libnuma missing: apt-get install libnuma1 (station download binds to NUMA node 0 by default)",
+)
+
 REPO = "org/glm-tiny"
 SHARD2 = "model-00002-of-00003.safetensors"
 ARCH = "GlmMoeDsaForCausalLM"
@@ -77,8 +82,6 @@ def assert_not_verified(target: Path) -> None:
 
 
 def test_full_download_bound_to_node0_then_verified(hub: FakeHub, tmp_path: Path) -> None:
-    if not numa.available():
-        pytest.skip("libnuma missing: apt-get install libnuma1 (download binds to node 0 by default)")
     target = tmp_path / "model"
     seen: dict[str, str] = {}
     proc = subprocess.Popen(
@@ -190,7 +193,7 @@ def test_sigterm_mid_file_cleans_up(tmp_path: Path) -> None:
         partials = list((target / ".cache").rglob("*.incomplete"))
         assert partials and partials[0].stat().st_size > 0  # a partial file exists mid-download
         proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=60)
+        _out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "interrupted" in err
     assert not list((target / ".cache").rglob("*.incomplete"))
@@ -238,6 +241,22 @@ def test_wrong_revision(hub: FakeHub, tmp_path: Path) -> None:
     assert "Traceback" not in r.stderr
     assert_not_verified(target)
     assert not any(target.glob("*.safetensors"))
+
+
+def test_hub_unreachable(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    env.update(HF_ENDPOINT=f"http://127.0.0.1:{port}", HF_HOME=str(tmp_path / "hf"))
+    target = tmp_path / "model"
+    r = subprocess.run(download_cmd(target), capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 3, r.stderr
+    assert f"cannot reach the hub at http://127.0.0.1:{port}" in r.stderr
+    assert "Traceback" not in r.stderr
+    assert_not_verified(target)
 
 
 def test_unauthorized_401(hub: FakeHub, tmp_path: Path) -> None:

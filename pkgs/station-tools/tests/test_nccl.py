@@ -61,6 +61,28 @@ CASES = {
     ),
     "pending_ib.log": (Status.PENDING, None, 4, ["picked network IB", "no channel has connected"]),
     "pending_no_nccl.log": (Status.PENDING, None, 4, ["no NCCL lines in 4 line(s)"]),
+    # captured from NCCL 2.28.9 (torch 2.11) on two H200s of one host, 2 ranks, one all-reduce:
+    # P2P/SHM disabled so the ranks had to use the network, which had no RDMA device ...
+    "real_2.28.9_no_ib_device.log": (
+        Status.FAIL,
+        Transport.SOCKET,
+        1,
+        ["8 channel(s) via NET/Socket", "No device"],
+    ),
+    # ... the same with NCCL_IB_DISABLE=1 ...
+    "real_2.28.9_ib_disabled.log": (
+        Status.FAIL,
+        Transport.SOCKET,
+        1,
+        ["NCCL_IB_DISABLE set by environment to 1"],
+    ),
+    # ... and with P2P allowed: NCCL still says "Using network Socket", but no channel uses it.
+    "real_2.28.9_one_node_p2p.log": (
+        Status.WARN,
+        Transport.LOCAL,
+        0,
+        ["no channel crosses the network", "nNodes 1"],
+    ),
 }
 
 
@@ -148,6 +170,29 @@ def test_plugin_and_intra_node_channels() -> None:
     assert report.status is Status.WARN and "unrecognised NCCL network AWS" in report.summary
 
 
+def test_real_logs_details() -> None:
+    no_ib = classify((DATA / "real_2.28.9_no_ib_device.log").read_text())
+    # with P2P and SHM disabled NCCL counted the two GPUs of one host as 2 nodes
+    assert (no_ib.nccl_version, no_ib.nodes, no_ib.network) == ("2.28.9+cuda13.0", 2, "Socket")
+    assert no_ib.confirmed and no_ib.ib_devices == [] and no_ib.socket_devices == ["eth0:192.0.2.2<0>"]
+    assert any("Failed to initialize NET plugin IB" in c for c in no_ib.causes)
+    one_node = classify((DATA / "real_2.28.9_one_node_p2p.log").read_text())
+    assert one_node.channels.local == 48 and one_node.channels.total == 0
+    assert one_node.confirmed and not one_node.final  # --wait keeps waiting for a two-station communicator
+
+
+def test_a_one_rank_communicator_does_not_make_the_pair_local() -> None:
+    # vLLM also builds 1-rank groups (nNodes 1); the pair's TP group has nNodes 2
+    text = (
+        "h:1:1 [0] NCCL INFO comm 0x1 rank 0 nRanks 1 nNodes 1 localRanks 1 localRank 0 MNNVL 0\n"
+        "h:1:1 [0] NCCL INFO comm 0x2 rank 0 nRanks 2 nNodes 2 localRanks 1 localRank 0 MNNVL 0\n"
+        "h:1:1 [0] NCCL INFO Using network Socket\n"
+    )
+    report = classify(text)
+    assert report.nodes == 2
+    assert report.status is Status.FAIL and report.transport is Transport.SOCKET
+
+
 def test_garbage_input_is_pending_not_a_crash() -> None:
     rng = random.Random(7)
     blob = bytes(rng.randrange(256) for _ in range(20000))
@@ -180,12 +225,12 @@ def test_cli_json_is_stable(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["nccl-check", "--log", str(DATA / "ib_no_gdr.log"), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert list(data) == [
-        "status", "transport", "summary", "fix", "confirmed", "network", "nccl_version", "ib_devices", "oob",
-        "socket_devices", "gdr_hcas", "channels", "errors", "hints", "warnings", "causes", "evidence",
-        "lines_read", "nccl_lines", "source", "exit_code",
+        "status", "transport", "summary", "fix", "confirmed", "network", "nodes", "nccl_version",
+        "ib_devices", "oob", "socket_devices", "gdr_hcas", "channels", "errors", "hints", "warnings",
+        "causes", "evidence", "lines_read", "nccl_lines", "source", "exit_code",
     ]  # fmt: skip
     assert data["status"] == "WARN" and data["transport"] == "ib" and data["exit_code"] == 0
-    assert data["channels"] == {"gdrdma": 0, "ib": 4, "socket": 0, "other": 0}
+    assert data["channels"] == {"gdrdma": 0, "ib": 4, "socket": 0, "other": 0, "local": 0}
 
 
 def test_cli_require_gdr_turns_the_warning_into_a_failure(capsys: pytest.CaptureFixture[str]) -> None:

@@ -368,6 +368,18 @@ def test_peer_beacon_port_is_probed_when_configured(root: Path, listener: tuple[
     assert result.details["port_name"] == "beaconPort" and result.details["port"] == port
 
 
+def test_peer_stamp_url_port_is_probed(root: Path, listener: tuple[str, int]) -> None:
+    # what the pair module writes: no beaconPort key, but peerStampUrl = http://PEER:beaconPort/stamp
+    host, port = listener
+    cfg = config(workerAddress=host, masterPort=closed_port(host), peerStampUrl=f"http://{host}:{port}/stamp")
+    result = run_one(root, "rail-peer", cfg)
+    assert result.status is Status.PASS
+    assert result.details["port_name"] == "peerStampUrl port" and result.details["port"] == port
+    # a stamp URL on another host is not the peer's beacon: masterPort is probed
+    other = config(workerAddress=host, masterPort=port, peerStampUrl="http://127.0.0.9:1/stamp")
+    assert run_one(root, "rail-peer", other).details["port_name"] == "masterPort"
+
+
 def test_peer_address_missing(root: Path) -> None:
     result = run_one(root, "rail-peer", config(workerAddress=None))
     assert result.status is Status.FAIL and "pair.workerAddress is not set" in result.figure

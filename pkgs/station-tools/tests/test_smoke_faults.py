@@ -303,7 +303,7 @@ def test_tool_call_missing(srv: FaultServer, capsys: pytest.CaptureFixture[str])
     code, checks, _ = smoke(capsys, "--base-url", srv.url)
     reason = str(checks["tool_call"]["reason"])
     assert code == 1 and "no tool call: the model answered in text: 'It is sunny in Paris.'" in reason
-    assert "--enable-auto-tool-choice" in reason
+    assert "--tool-call-parser" in reason and "--tool-choice required" in reason
 
 
 def test_two_tool_calls(srv: FaultServer, capsys: pytest.CaptureFixture[str]) -> None:

@@ -95,6 +95,7 @@ def test_good_checkpoint_passes_and_stamps(ckpt: Path) -> None:
     assert r.returncode == 0, r.stderr
     report = json.loads(r.stdout)
     assert report["ok"] is True and report["shards"] == 3 and report["tensors"] == 12
+    assert report["membind"] is None  # header-only: no binding needed
     stamp = json.loads((ckpt / STAMP_NAME).read_text())
     assert set(stamp) == {
         "version", "repo", "revision", "verified_at", "sha256_checked", "architectures", "quant_algo", "files"
@@ -109,9 +110,11 @@ def test_good_checkpoint_passes_and_stamps(ckpt: Path) -> None:
 
 
 def test_sha256_pass_records_hashes(ckpt: Path) -> None:
-    r = verify_cli(ckpt, "--sha256")
+    r = verify_cli(ckpt, "--sha256", "--json")
     assert r.returncode == 0, r.stderr
-    assert "sha256 checked" in r.stdout
+    report = json.loads(r.stdout)
+    assert report["sha256_checked"] is True
+    assert report["membind"] == "bind:0"  # streamed bound to node 0 (kernel read-back)
     stamp = json.loads((ckpt / STAMP_NAME).read_text())
     assert stamp["sha256_checked"] is True
     import hashlib
@@ -326,7 +329,7 @@ def make_sparse_50_shards(d: Path, tensors_per_shard: int, total_bytes: int) -> 
     weight_map = {}
     for s in range(50):
         name = f"model-{s + 1:05d}-of-00050.safetensors"
-        header = {"__metadata__": {"format": "pt"}}
+        header: dict[str, object] = {"__metadata__": {"format": "pt"}}
         for t in range(tensors_per_shard):
             key = f"model.layers.{s}.mlp.experts.{t}.down_proj.weight"
             header[key] = {

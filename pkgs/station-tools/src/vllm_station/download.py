@@ -34,6 +34,7 @@ import re
 import shutil
 import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -239,30 +240,39 @@ def _status_of(exc: BaseException) -> int | None:
 
 def hub_error(exc: BaseException, *, repo: str, revision: str, endpoint: str, token_origin: str,
               what: str) -> StationError:  # fmt: skip
-    """Turn a huggingface_hub / network exception into one operator message."""
-    from huggingface_hub import errors as hf_errors
+    """Turn a huggingface_hub / network exception into one operator message.
+
+    Classes are looked up by name so that huggingface_hub 0.2x (EntryNotFoundError, requests) and 1.x/2.x
+    (RemoteEntryNotFoundError, httpx) both map to the same messages.
+    """
+
+    def kind(*names: str) -> bool:
+        import huggingface_hub.errors as hf_errors
+
+        classes = tuple(c for n in names if isinstance(c := getattr(hf_errors, n, None), type))
+        return bool(classes) and isinstance(exc, classes)
 
     status = _status_of(exc)
-    if isinstance(exc, hf_errors.RevisionNotFoundError):
+    if kind("RevisionNotFoundError"):
         return DownloadFailed(
             f"revision {revision} not found in {repo} (HTTP {status or 404} from {endpoint}): "
             "check the commit id on the repository's history page"
         )
-    if status in (401, 403) or isinstance(exc, hf_errors.GatedRepoError):
+    if status in (401, 403) or kind("GatedRepoError"):
         return DownloadFailed(
             f"HTTP {status} from {endpoint} for {repo} ({what}): the token ({token_origin}) is missing, "
             "invalid or has no access; for a gated model accept its license on the hub, pass --token-file"
         )
-    if isinstance(exc, hf_errors.RepositoryNotFoundError):
+    if kind("RepositoryNotFoundError"):
         return DownloadFailed(
             f"repository {repo} not found (HTTP {status or 404} from {endpoint}): check the name"
         )
-    if isinstance(exc, hf_errors.RemoteEntryNotFoundError):
+    if status == 404 and kind("RemoteEntryNotFoundError", "EntryNotFoundError"):
         return DownloadFailed(f"{what}: not found at {revision} (HTTP {status or 404}); the listing changed?")
-    if isinstance(exc, hf_errors.HfHubHTTPError):
+    if kind("HfHubHTTPError"):
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return DownloadFailed(f"HTTP {status} from {endpoint} ({what}): {first}")
-    if isinstance(exc, hf_errors.OfflineModeIsEnabled):
+    if kind("OfflineModeIsEnabled"):
         return DownloadFailed(f"{what}: HF_HUB_OFFLINE is set for huggingface_hub: {exc}")
     mod = type(exc).__module__
     if mod.startswith(("httpx", "httpcore", "requests", "urllib3")) or isinstance(exc, ConnectionError):
@@ -329,7 +339,8 @@ def offline(args: argparse.Namespace, directory: Path) -> tuple[str, int]:
 
 def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
-    signal.signal(signal.SIGTERM, _terminate)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminate)
     # 1. the binding comes first: every page this process caches from here on lands on these nodes
     membind = None if args.no_membind else bind_memory(args.membind)
     if membind:
@@ -379,7 +390,9 @@ def run(args: argparse.Namespace) -> int:
 
     freed = remove_partials(directory)
     if freed:
-        print(f"station download: removed {_gb(freed)} of partial files left by an earlier run", file=sys.stderr)
+        print(
+            f"station download: removed {_gb(freed)} of partial files left by an earlier run", file=sys.stderr
+        )
     check_space(directory, files)
     remove_stamp(directory)
     previous = None
@@ -451,6 +464,7 @@ def _finish(args: argparse.Namespace, report: DownloadReport, expect: Any, start
     result = verify_checkpoint(
         Path(report.dir), expect, sha256=args.sha256, repo=report.repo, revision=report.revision
     )
+    result.membind = report.membind if args.sha256 else None
     report.verify = result
     report.seconds = round(time.monotonic() - started, 3)
     if args.json:

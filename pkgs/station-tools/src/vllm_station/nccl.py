@@ -69,6 +69,7 @@ class Transport(enum.StrEnum):
     IB = "ib"  # InfiniBand / RoCE, data staged through host memory
     SOCKET = "socket"  # TCP sockets
     OTHER = "other"  # a network plugin this tool does not know
+    LOCAL = "local"  # no channel crosses the network: every rank on one station (P2P/SHM)
 
 
 # --- NCCL's line formats (see docs/nccl-check.md for the source of each) ----------------------------
@@ -90,6 +91,9 @@ _NET_SOCKET_USING = re.compile(r"\bNET/Socket\s*:\s*Using(?P<devs>.*)$")
 _GDR_HCA = re.compile(r"\bGPU Direct RDMA (?P<state>Enabled|Disabled) for HCA (?P<idx>\d+) '(?P<name>[^']*)'")
 # `INFO(NCCL_INIT, "Connected all rings, use ring PXN %d GDR %d", …)` (src/transport/generic.cc);
 # NCCL <= 2.18 printed just "Connected all rings".
+# `INFO(NCCL_INIT, "comm %p rank %d nRanks %d nNodes %d localRanks %d localRank %d MNNVL %d", …)`
+# (src/init.cc)
+_NNODES = re.compile(r"\bnRanks \d+ nNodes (?P<nodes>\d+)\b")
 _CONNECTED = re.compile(r"\bConnected all rings(?:, use ring PXN \d+ GDR (?P<gdr>\d))?")
 _NCCL_VERSION = re.compile(r"\bNCCL version (?P<version>\d+\.\d+\.\d+\S*)")
 _NCCL_LINE = re.compile(r"\bNCCL (?:INFO|WARN|TRACE)\b|\bNCCL version \d")
@@ -102,6 +106,7 @@ _GID_HINT = re.compile(r"\bGID index\b|NCCL_IB_GID_INDEX", re.IGNORECASE)
 # Informational causes worth showing next to a socket fallback.
 _CAUSES = re.compile(
     r"NET/IB\s*:\s*No device found|NCCL_IB_DISABLE set by environment to 1|NET/IB\s*:\s*No IP interface found"
+    r"|Failed to initialize NET plugin IB"
 )
 _PLUGIN = re.compile(r"\bNET/Plugin\s*:?\s*(?P<msg>.*)$")
 
@@ -114,9 +119,11 @@ class Channels:
     ib: int = 0
     socket: int = 0
     other: int = 0
+    local: int = 0  # P2P/SHM inside one station: not the rail
 
     @property
     def total(self) -> int:
+        """Channels over the network (the rail)."""
         return self.gdrdma + self.ib + self.socket + self.other
 
 
@@ -130,6 +137,7 @@ class NcclReport:
     fix: str | None
     confirmed: bool  # "Connected all rings" seen: the connections were established, not only set up
     network: str | None  # the `Using network X` name
+    nodes: int | None  # the largest `nNodes` of any communicator (2 for the pair)
     nccl_version: str | None
     ib_devices: list[str]
     oob: str | None
@@ -151,6 +159,8 @@ class NcclReport:
         """True when more log lines would not change the verdict (what `--wait` waits for)."""
         if self.status is Status.FAIL:
             return True
+        if self.transport is Transport.LOCAL:  # a two-station communicator may still come
+            return False
         return self.status in (Status.PASS, Status.WARN) and self.confirmed
 
 
@@ -162,6 +172,7 @@ class Scanner:
     lines_read: int = 0
     nccl_lines: int = 0
     network: str | None = None
+    nodes: int | None = None
     nccl_version: str | None = None
     ib_devices: list[str] = field(default_factory=list)
     oob: str | None = None
@@ -204,6 +215,9 @@ class Scanner:
         if m := _CHANNEL.search(line):
             self._channel(m["via"], line)
             return
+        if m := _NNODES.search(line):
+            self.nodes = max(self.nodes or 0, int(m["nodes"]))
+            return
         if m := _USING_NETWORK.search(line):
             self.network = m["name"]
             self._evidence(line)
@@ -234,7 +248,9 @@ class Scanner:
 
     def _channel(self, via: str, line: str) -> None:
         if not via.startswith("NET/"):
-            return  # P2P/IPC, SHM, CollNet: inside one station, not the rail
+            if via.startswith(("P2P/", "SHM/")):
+                self.channels.local += 1  # inside one station, not the rail
+            return
         name = via.split("/")[1] if via.count("/") >= 1 else ""
         gdr = "/GDRDMA" in via
         if name.lower().startswith("ib"):  # IB, IBext, IBext_v8 (nccl-rdma-sharp-plugins)
@@ -271,6 +287,7 @@ class Scanner:
             fix=fix,
             confirmed=self.confirmed,
             network=self.network,
+            nodes=self.nodes,
             nccl_version=self.nccl_version,
             ib_devices=list(self.ib_devices),
             oob=self.oob,
@@ -290,7 +307,7 @@ class Scanner:
 
     def _transport(self) -> Transport | None:
         ch = self.channels
-        if ch.socket or (self.network or "").lower() == "socket":
+        if ch.socket:
             return Transport.SOCKET
         if ch.ib:
             return Transport.IB
@@ -298,6 +315,10 @@ class Scanner:
             return Transport.OTHER
         if ch.gdrdma:
             return Transport.IB_GDRDMA
+        if ch.local or self.nodes == 1:  # one station: the network plugin is picked but never used
+            return Transport.LOCAL
+        if (self.network or "").lower() == "socket":  # picked before any channel connects: decisive
+            return Transport.SOCKET
         return None
 
     def _verdict(self) -> tuple[Status, Transport | None, str, str | None]:
@@ -353,6 +374,15 @@ class Scanner:
                 f"GPUDirect RDMA over {_link_kind(self.ib_devices)} ({devices}): "
                 f"{ch.gdrdma} channel(s) via NET/IB/…/GDRDMA{tail}",
                 None,
+            )
+        if transport is Transport.LOCAL:
+            return (
+                Status.WARN,
+                transport,
+                f"no channel crosses the network: every rank is on one station ({ch.local} channel(s) "
+                f"via P2P/SHM, nNodes {self.nodes or '?'}); this is not a two-station pair's log",
+                "check the log is the pair's (vLLM with --nnodes 2, one rank per station) and that the "
+                "worker joined; the network NCCL picked for it was " + (self.network or "not shown"),
             )
         if transport is Transport.OTHER:
             return (
@@ -594,6 +624,10 @@ def stream(
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = (
+        "exit: 0 PASS (GPUDirect RDMA) or WARN (IB without GDR); 1 FAIL (socket fallback, RDMA/GID "
+        "error); 2 the log could not be read; 4 PENDING (no transport line yet). See docs/nccl-check.md."
+    )
     parser.add_argument("source", nargs="?", metavar="-", help="read the log from stdin")
     parser.add_argument(
         "--unit", metavar="UNIT", help="read the journal of this systemd unit (current start)"
@@ -608,7 +642,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--interval", type=float, default=5.0, help="seconds between polls with --wait (5)")
     parser.add_argument(
-        "--require-gdr", action="store_true", help="IB without GPUDirect RDMA is a FAIL, not a WARN"
+        "--require-gdr",
+        action="store_true",
+        help="a WARN (IB without GPUDirect RDMA, unknown plugin, one station) is a FAIL",
     )
     parser.add_argument(
         "--pending-ok",
@@ -663,6 +699,8 @@ def render(report: NcclReport) -> str:
         lines.append(
             f"  channels:  {ch.gdrdma} GDRDMA, {ch.ib} IB without GDR, {ch.socket} socket, {ch.other} other"
         )
+    if ch.local:
+        lines.append(f"  local:     {ch.local} channel(s) via P2P/SHM inside one station")
     lines.append(f"  connected: {'yes' if report.confirmed else 'not yet'}")
     sections = (
         ("errors", report.errors),

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
 
 from vllm_station.errors import UsageError
 
@@ -64,6 +65,28 @@ _WORDS = _WORD_TEXT.split()
 
 
 _ROLE_CHOICE = '{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}'
+
+
+# When did the bytes of a request reach this process? aiohttp starts a handler only after its event loop has
+# parsed every other pending request, so under a burst of 256 requests the handler start lags the arrival by
+# tens of milliseconds. The simulator times its schedule from the arrival (the last read on the connection
+# before the handler runs), recorded by wrapping RequestHandler.data_received (slotted: keyed by id()).
+_RX: dict[int, float] = {}
+_orig_data_received = RequestHandler.data_received
+
+
+def _stamped_data_received(self: RequestHandler, data: bytes) -> None:
+    _RX[id(self)] = time.perf_counter()
+    _orig_data_received(self, data)
+
+
+RequestHandler.data_received = _stamped_data_received  # type: ignore[method-assign]
+
+
+def _arrival(request: web.Request) -> float:
+    now = time.perf_counter()
+    t = _RX.get(id(request.protocol))
+    return t if t is not None and now - t < 5.0 else now
 
 
 @dataclass
@@ -306,7 +329,7 @@ class Simulator:
         return due
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
-        arrive = time.perf_counter()
+        arrive = _arrival(request)
         try:
             body = await request.json()
         except json.JSONDecodeError:
@@ -317,7 +340,7 @@ class Simulator:
         return await self._complete(request, body, arrive, count_tokens(messages), chat=True)
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
-        arrive = time.perf_counter()
+        arrive = _arrival(request)
         body = await request.json()
         prompt = body.get("prompt", "")
         n_prompt = len(prompt) if isinstance(prompt, list) else count_tokens(None, str(prompt))

@@ -284,10 +284,11 @@ def check_chat(api: ApiClient, model: str) -> CheckResult:
 
 
 def _tool_hint(tool_choice: str) -> str:
+    """What to look at when the model answered without a tool call."""
     if tool_choice == "auto":
         return (
-            " — with tool_choice=auto vLLM needs --enable-auto-tool-choice and the model's "
-            "--tool-call-parser (try --tool-choice required to test the model alone)"
+            " — is vLLM's --tool-call-parser the one for this model's tool-call format? "
+            "(--tool-choice required tests the model without the parser)"
         )
     return ""
 

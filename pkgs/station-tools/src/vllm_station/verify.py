@@ -136,6 +136,7 @@ class VerifyReport:
     sha256_checked: bool
     seconds: float
     stamp: str | None
+    membind: str | None = None  # the memory policy while streaming (--sha256), read back from the kernel
     problems: list[Problem] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     files: list[FileEntry] = field(default_factory=list)
@@ -741,14 +742,14 @@ def failure_message(report: VerifyReport) -> str:
 
 def run(args: argparse.Namespace) -> int:
     expect = expectations_from_args(args)
-    if args.sha256:
-        bind_for_streaming()
+    membind = bind_for_streaming() if args.sha256 else None
     report = verify_checkpoint(
         args.dir,
         expect,
         sha256=args.sha256,
         on_progress=lambda p: log.info("sha256 ok: %s", p),
     )
+    report.membind = membind
     render(report, args.json)
     if not report.ok:
         raise CheckFailed(failure_message(report))

@@ -1,14 +1,10 @@
-"""The asynchronous hot path: send a pre-serialised request, timestamp every network read, nothing else.
+"""The measured requests and how they are released (closed loop, burst), plus auxiliary HTTP calls.
 
-Why aiohttp (not httpx): with hundreds of concurrent SSE streams on a small client, aiohttp's C-accelerated
-HTTP parser and `StreamReader.readany()` cost far less per network read than httpx's pure-Python stream
-iteration; `readany()` also sidesteps aiohttp's line-based reader, whose 64 KiB default limit
-(`read_bufsize`) raises "Chunk too big" on long lines. Parsing the SSE events (JSON) happens only after a
-batch of requests has finished (`parse.py`), so the event loop does nothing per token but `perf_counter()`
-and `list.append` while streams are in flight.
-
-Connection limits are set above the largest concurrency (aiohttp's default pool of 100 would queue
-requests 101…256 in the client and show up as server TTFT).
+Hot path: `wire.WireClient` (an asyncio.Protocol per keep-alive connection; see its docstring for why not
+aiohttp there). Before every measured phase the client opens as many connections as the concurrency
+(`warm()`), so no TCP handshake lands inside a measured TTFT. Per network read the event loop does one
+`perf_counter()`, one `list.append` and a few slices of HTTP framing; SSE and JSON are parsed after the
+batch (parse.py). Auxiliary calls (/v1/models, /tokenize, /metrics) use aiohttp with explicit timeouts.
 """
 
 from __future__ import annotations
@@ -16,45 +12,17 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any
 
 import aiohttp
 
-READ_BUFSIZE = 1 << 20  # per-connection read buffer (the default is 64 KiB)
+from vllm_station.bench.wire import RawResult, WireClient
 
-
-@dataclass(slots=True)
-class RawResult:
-    """One request as seen on the wire: timestamps (perf_counter seconds) and raw bytes."""
-
-    index: int
-    t_sched: float  # when the request was due (closed loop: a worker became free; burst: the start line)
-    t_start: float = 0.0  # just before the request was handed to aiohttp; TTFT and E2E count from here
-    t_sent: float = 0.0  # request headers written to the socket (aiohttp trace), else t_start
-    t_headers: float = 0.0  # response headers received
-    t_end: float = 0.0  # end of the response (EOF, error or timeout)
-    status: int = 0
-    chunks: list[tuple[float, bytes]] = field(default_factory=list)
-    error_kind: str | None = None  # transport-level failure: connect, timeout, truncated, http_4xx, http_5xx
-    error: str = ""
-
-
-def _trace_config() -> aiohttp.TraceConfig:
-    trace = aiohttp.TraceConfig()
-
-    async def headers_sent(session: Any, ctx: SimpleNamespace, params: Any) -> None:
-        res = ctx.trace_request_ctx
-        if res is not None:
-            res.t_sent = time.perf_counter()
-
-    trace.on_request_headers_sent.append(headers_sent)
-    return trace
+__all__ = ["BenchClient", "RawResult", "run_burst", "run_closed_loop"]
 
 
 class BenchClient:
-    """One aiohttp session sized for `max_concurrency` streams."""
+    """Measured requests through `WireClient`, auxiliary calls through one aiohttp session."""
 
     def __init__(
         self,
@@ -65,30 +33,23 @@ class BenchClient:
         timeout: float,
         path: str = "/v1/chat/completions",
     ) -> None:
-        self.url = base_url.rstrip("/") + path
         self.base_url = base_url.rstrip("/")
-        self.timeout = aiohttp.ClientTimeout(total=timeout, sock_connect=min(30.0, timeout))
+        self.timeout = timeout
         self.limit = max_concurrency + 16
-        self.headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+        headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
         if api_key:
-            self.headers["Authorization"] = f"Bearer {api_key}"
+            headers["Authorization"] = f"Bearer {api_key}"
+        self.headers = headers
+        self.wire = WireClient(self.base_url, path, headers, timeout)
         self._session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> BenchClient:
-        connector = aiohttp.TCPConnector(
-            limit=self.limit, limit_per_host=self.limit, keepalive_timeout=75, enable_cleanup_closed=True
-        )
-        self._session = aiohttp.ClientSession(
-            connector=connector,
-            headers=self.headers,
-            read_bufsize=READ_BUFSIZE,
-            trace_configs=[_trace_config()],
-            timeout=self.timeout,
-            auto_decompress=False,
-        )
+        connector = aiohttp.TCPConnector(limit=self.limit, limit_per_host=self.limit)
+        self._session = aiohttp.ClientSession(connector=connector, headers=self.headers)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        self.wire.close()
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -98,42 +59,14 @@ class BenchClient:
         assert self._session is not None, "use BenchClient as an async context manager"
         return self._session
 
-    async def request(self, index: int, body: bytes, t_sched: float) -> RawResult:
-        """POST one streamed request; never raises for request-level failures."""
-        perf = time.perf_counter
-        res = RawResult(index=index, t_sched=t_sched)
-        chunks = res.chunks
-        append = chunks.append
-        res.t_start = res.t_sent = perf()
-        try:
-            async with self.session.post(self.url, data=body, trace_request_ctx=res) as resp:
-                res.t_headers = perf()
-                res.status = resp.status
-                if resp.status != 200:
-                    append((perf(), await resp.read()))
-                    res.error_kind = "http_5xx" if resp.status >= 500 else "http_4xx"
-                    res.error = f"HTTP {resp.status}"
-                else:
-                    readany = resp.content.readany
-                    while True:
-                        data = await readany()
-                        if not data:
-                            break
-                        append((perf(), data))
-        except TimeoutError:
-            res.error_kind, res.error = "timeout", f"no complete answer within {self.timeout.total:g}s"
-        except aiohttp.ClientPayloadError as err:
-            res.error_kind, res.error = "truncated", f"stream cut off: {err}"
-        except aiohttp.ServerDisconnectedError as err:
-            res.error_kind = "truncated" if res.t_headers else "connect"
-            res.error = f"server disconnected: {err}"
-        except aiohttp.ClientConnectorError as err:
-            res.error_kind, res.error = "connect", f"cannot connect: {err.os_error}"
-        except aiohttp.ClientError as err:
-            res.error_kind = "truncated" if res.t_headers else "connect"
-            res.error = f"{type(err).__name__}: {err}"
-        res.t_end = perf()
-        return res
+    def encode(self, body: bytes) -> bytes:
+        return self.wire.encode(body)
+
+    async def warm(self, n: int) -> None:
+        await self.wire.warm(n)
+
+    async def request(self, index: int, wire: bytes, t_sched: float) -> RawResult:
+        return await self.wire.request(index, wire, t_sched)
 
     async def get_json(self, path: str, timeout: float = 10.0) -> Any:
         async with self.session.get(
@@ -160,41 +93,41 @@ class BenchClient:
 
 async def run_closed_loop(
     client: BenchClient,
-    bodies: list[bytes],
+    requests: list[bytes],
     concurrency: int,
     on_done: Callable[[RawResult], None] | None = None,
 ) -> list[RawResult]:
-    """`concurrency` workers; each sends the next body as soon as its previous request ends."""
-    results: list[RawResult | None] = [None] * len(bodies)
-    items = iter(enumerate(bodies))
+    """`concurrency` workers; each sends the next request as soon as its previous one ends."""
+    results: list[RawResult | None] = [None] * len(requests)
+    items = iter(enumerate(requests))
     perf = time.perf_counter
 
     async def worker() -> None:
-        for i, body in items:  # one shared iterator: each body is taken exactly once
-            r = await client.request(i, body, perf())
+        for i, wire in items:  # one shared iterator: each request is taken exactly once
+            r = await client.request(i, wire, perf())
             results[i] = r
             if on_done is not None:
                 on_done(r)
 
-    await asyncio.gather(*(worker() for _ in range(max(1, min(concurrency, len(bodies))))))
+    await asyncio.gather(*(worker() for _ in range(max(1, min(concurrency, len(requests))))))
     return [r for r in results if r is not None]
 
 
 async def run_burst(
-    client: BenchClient, bodies: list[bytes], on_done: Callable[[RawResult], None] | None = None
+    client: BenchClient, requests: list[bytes], on_done: Callable[[RawResult], None] | None = None
 ) -> list[RawResult]:
     """All requests released together: every task waits on one start line, then sends."""
     gate = asyncio.Event()
     t0: list[float] = []
 
-    async def one(i: int, body: bytes) -> RawResult:
+    async def one(i: int, wire: bytes) -> RawResult:
         await gate.wait()
-        r = await client.request(i, body, t0[0])
+        r = await client.request(i, wire, t0[0])
         if on_done is not None:
             on_done(r)
         return r
 
-    tasks = [asyncio.ensure_future(one(i, b)) for i, b in enumerate(bodies)]
+    tasks = [asyncio.ensure_future(one(i, w)) for i, w in enumerate(requests)]
     await asyncio.sleep(0)  # let every task reach the gate
     t0.append(time.perf_counter())
     gate.set()

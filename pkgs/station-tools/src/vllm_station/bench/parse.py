@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from vllm_station.bench.client import RawResult
+from vllm_station.bench.wire import RawResult
 
 
 @dataclass(slots=True)
@@ -162,8 +162,8 @@ def parse(raw: RawResult, expected_tokens: int | None) -> RequestResult:
         res.failure, res.detail = "empty", "no content-bearing event in the stream"
         return res
     res.t_end = last_event
-    res.ttft = first - raw.t_start
-    res.e2e = last_event - raw.t_start
+    res.ttft = first - raw.t_sent  # from the moment the whole request was on the socket
+    res.e2e = last_event - raw.t_sent
     if usage_tokens is not None:
         res.output_tokens, res.token_source = usage_tokens, "usage"
     else:

@@ -125,7 +125,7 @@ def _candidates() -> tuple[list[str], str]:
 def _load() -> _Lib:
     """Open libnuma once; raise NumaUnavailable naming everything tried. Never called at import."""
     try:
-        import cffi  # type: ignore[import-untyped]  # no stubs in the dev venv (types-cffi not a dependency)
+        import cffi  # untyped: listed in the mypy overrides (pyproject.toml)
     except ImportError as exc:  # pragma: no cover - cffi is a hard dependency
         raise NumaUnavailable(
             f"the cffi module is missing ({exc}); install the package's dependencies"
@@ -284,9 +284,16 @@ def set_membind(node_list: Iterable[int]) -> MemPolicy:
     have = nodes()
     missing = [n for n in wanted if n not in have]
     if missing:
+        highest = max_node()
+        absent = [n for n in missing if n > highest]
+        if absent:
+            raise UsageError(
+                f"NUMA node {format_nodes(absent)} does not exist on this machine "
+                f"(nodes with memory here: {format_nodes(have) or 'none'}); pick from those"
+            )
         raise UsageError(
-            f"NUMA node {format_nodes(missing)} does not exist on this machine "
-            f"(nodes with memory here: {format_nodes(have) or 'none'}); pick from those"
+            f"NUMA node {format_nodes(missing)} is not allowed to this process (cpuset Mems_allowed: "
+            f"{format_nodes(have) or 'none'}); pick from those or widen the cpuset"
         )
     set_mempolicy_raw(MPOL_BIND, wanted)
     policy = get_mempolicy()

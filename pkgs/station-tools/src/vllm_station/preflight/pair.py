@@ -7,8 +7,8 @@
 - `rdma-gid`      the configured GID index exists on port 1, is non-zero, is RoCE v2, belongs to the
                   rail interface and carries this station's rail address
 - `rail-peer`     the peer answers on the rail: TCP connect from our rail address to the peer's
-                  rail address and masterPort (refused = answered, nothing listening yet: WARN;
-                  no answer or no route: FAIL)
+                  beacon (`pair.beaconPort`, or the port of `pair.peerStampUrl`) or its masterPort
+                  (refused = answered, nothing listening yet: WARN; no answer or no route: FAIL)
 - `memlock`       RLIMIT_MEMLOCK is unlimited (RDMA registers GPU/host memory; it fails without it)
 - `pair-revision` both stations' verify stamps name the same repo, revision and files; the peer's
                   stamp comes from `pair.peerStampUrl` (http(s) URL, `file://` URL or a path) —
@@ -39,7 +39,7 @@ PEER_STAMP_TIMEOUT_S = 3.0
 ROCE_V2 = "RoCE v2"
 NET_DIR = "sys/class/net"
 IB_DIR = "sys/class/infiniband"
-PORT = "1"  # the ConnectX rail HCAs are single-port functions; NCCL uses port 1 of NCCL_IB_HCA
+PORT = "1"  # each ConnectX rail HCA is a single-port PCI function: NCCL_IB_HCA=mlx5_1 means port 1
 
 
 # --- config helpers ------------------------------------------------------------------------------
@@ -199,14 +199,14 @@ def rdma_device(ctx: Context) -> CheckResult:
     hca = pair.rail_hca
     if not hca:
         return _missing("rdma-device", "railHca", "which RDMA device (NCCL_IB_HCA) serves the rail")
-    threshold = f"{IB_DIR}/{hca} present, port {PORT} ACTIVE"
+    threshold = f"/{IB_DIR}/{hca} present, port {PORT} ACTIVE"
     directory = ctx.root / IB_DIR / hca
     if not directory.is_dir():
         present = _listing(ctx.root / IB_DIR)
         why = (
             f"RDMA devices present: {', '.join(present)}"
             if present
-            else f"no RDMA device at all ({IB_DIR} is empty or missing)"
+            else f"no RDMA device at all (/{IB_DIR} is empty or missing)"
         )
         return CheckResult(
             "rdma-device",
@@ -382,12 +382,22 @@ def _differs(addr: ipaddress.IPv6Address, local: str) -> bool:
 # --- peer reachability ---------------------------------------------------------------------------
 
 
-def _probe_port(ctx: Context, pair: PairConfig) -> tuple[int, str]:
-    """The peer port to probe: the pair beacon's (`pair.beaconPort`: open to us in the peer's firewall,
-    listening while the peer serves) when the config names it, else the rendezvous `masterPort`."""
+def _probe_port(ctx: Context, pair: PairConfig, peer: str) -> tuple[int, str]:
+    """The peer port to probe. The pair beacon's is best: open to us in the peer's firewall and
+    listening while the peer serves (the worker's masterPort is neither). Taken from `pair.beaconPort`,
+    else from `pair.peerStampUrl` when that URL points at the peer with a port (the beacon serves
+    /stamp), else the rendezvous `masterPort`."""
     beacon = _pair_raw(ctx).get("beaconPort")
     if isinstance(beacon, int) and not isinstance(beacon, bool) and 0 < beacon < 65536:
         return beacon, "beaconPort"
+    if pair.peer_stamp_url:
+        url = urlparse(pair.peer_stamp_url)
+        try:
+            port = url.port
+        except ValueError:
+            port = None
+        if url.scheme in ("http", "https") and url.hostname == peer.strip("[]") and port:
+            return port, "peerStampUrl port"
     return pair.master_port, "masterPort"
 
 
@@ -397,14 +407,18 @@ def _peer_timeout(ctx: Context) -> float:
     return float(value) if ok else PEER_CONNECT_TIMEOUT_S
 
 
-@check("rail-peer", group="pair", description="the peer answers on the rail (TCP to its masterPort)")
+@check(
+    "rail-peer",
+    group="pair",
+    description="the peer answers on the rail (TCP to its beaconPort or masterPort)",
+)
 def rail_peer(ctx: Context) -> CheckResult:
     pair = _pair(ctx)
     local, peer = _addresses(pair)
     peer_option = "workerAddress" if pair.role != "worker" else "headAddress"
     if not peer:
         return _missing("rail-peer", peer_option, "the peer station's rail address")
-    port, port_name = _probe_port(ctx, pair)
+    port, port_name = _probe_port(ctx, pair, peer)
     timeout = _peer_timeout(ctx)
     threshold = f"TCP {peer}:{port} ({port_name}) answers within {timeout:g} s" + (
         f" from {local}" if local else ""
@@ -443,7 +457,7 @@ def rail_peer(ctx: Context) -> CheckResult:
                 "(expected on the worker before the head starts: the worker starts first)",
                 threshold,
                 "none on the worker before the head's first start; on the head, start the worker first "
-                f"(`systemctl start vllm-station` on {peer}) and check pair.{port_name} on both stations",
+                f"(`systemctl start vllm-station` on {peer}) and check the {port_name} on both stations",
                 details,
             )
         if err.errno == errno.EADDRNOTAVAIL and local:

@@ -1,0 +1,255 @@
+# services.vllm-station.download: the per-model oneshot unit (NUMA binding, no GPU, bounded retries,
+# verification), the serving unit's dependency on the stamp, and every assertion.
+{ lib, h }:
+let
+  rev = "0123456789abcdef0123456789abcdef01234567";
+  dir = "/var/lib/vllm-station-models/glm53";
+  glm = {
+    services.vllm-station.download = {
+      enable = true;
+      models.glm53 = {
+        model = "nvidia/GLM-5.3-NVFP4";
+        revision = rev;
+        tokenFile = "/run/secrets/hf-token";
+      };
+    };
+  };
+  # The preset carries the checkpoint expectations; the serving unit loads the downloaded directory.
+  served = [
+    glm
+    {
+      services.vllm-station.serve = {
+        enable = true;
+        preset = "glm53-tp2";
+        image = h.image;
+        model = dir;
+      };
+    }
+  ];
+  with' = modules: extra: modules ++ [ extra ];
+
+  unitOf = config: config.systemd.services.vllm-station-download-glm53;
+  dsc = config: (unitOf config).serviceConfig;
+  tokenSuffix = " --token-file %d/hf-token";
+  startArgv = config: h.argv (lib.removeSuffix tokenSuffix (dsc config).ExecStart);
+  station = "${h.fake.station}/bin/station";
+in
+{
+  import-enables-nothing = h.check [ ] (
+    config:
+    h.eq "no download units" (lib.filter (lib.hasPrefix "vllm-station-download") (lib.attrNames config.systemd.services)) [ ]
+  );
+
+  disabled-renders-nothing = h.check [
+    (lib.recursiveUpdate glm { services.vllm-station.download.enable = false; })
+  ] (config: h.eq "units" (config.systemd.services ? vllm-station-download-glm53) false);
+
+  unit-numa-bind-node-0 = h.check [ glm ] (
+    config:
+    h.eq "NUMAPolicy" (dsc config).NUMAPolicy "bind"
+    ++ h.eq "NUMAMask" (dsc config).NUMAMask "0"
+    ++ h.ok "the tool binds itself to the same nodes" (
+      lib.elem "--membind" (startArgv config) && lib.elem "0" (startArgv config)
+    )
+  );
+
+  unit-numa-nodes-option = h.check (with' [ glm ] { services.vllm-station.download.numaNodes = [ 0 2 ]; }) (
+    config:
+    h.eq "NUMAMask" (dsc config).NUMAMask "0,2"
+    ++ h.ok "--membind 0,2" (lib.elem "0,2" (startArgv config))
+  );
+
+  unit-numa-per-model = h.check (with' [ glm ] { services.vllm-station.download.models.glm53.numaNodes = [ 3 ]; }) (
+    config: h.eq "NUMAMask" (dsc config).NUMAMask "3"
+  );
+
+  unit-no-gpu = h.check [ glm ] (
+    config:
+    h.eq "DevicePolicy" (dsc config).DevicePolicy "closed"
+    ++ h.eq "no DeviceAllow at all" ((dsc config) ? DeviceAllow) false
+    ++ h.eq "PrivateDevices" (dsc config).PrivateDevices true
+  );
+
+  unit-oneshot-bounded-retries = h.check [ glm ] (
+    config:
+    let
+      u = unitOf config;
+    in
+    h.eq "Type" (dsc config).Type "oneshot"
+    ++ h.eq "RemainAfterExit" (dsc config).RemainAfterExit true
+    ++ h.eq "Restart" (dsc config).Restart "on-failure"
+    ++ h.eq "RestartSec" (dsc config).RestartSec 60
+    ++ h.eq "startLimitBurst ([Unit])" u.startLimitBurst 3
+    ++ h.eq "startLimitIntervalSec ([Unit])" u.startLimitIntervalSec 3600
+    ++ h.eq "no StartLimit* in serviceConfig" (lib.filter (lib.hasPrefix "StartLimit") (lib.attrNames (dsc config))) [ ]
+    ++ h.eq "skip once verified" u.unitConfig.ConditionPathExists "!${dir}/.station-verified.json"
+    ++ h.contains "network" u.wants "network-online.target"
+    ++ h.contains "network" u.after "network-online.target"
+  );
+
+  retries-option = h.check (with' [ glm ] { services.vllm-station.download.retries = 5; }) (
+    config: h.eq "startLimitBurst" (unitOf config).startLimitBurst 5
+  );
+
+  # Expectations come from the preset (data), keyed by repository.
+  command-download-with-preset-expectations = h.check served (
+    config:
+    h.eq "ExecStart" (startArgv config) [
+      station
+      "download"
+      "nvidia/GLM-5.3-NVFP4"
+      "--revision"
+      rev
+      "--dir"
+      dir
+      "--membind"
+      "0"
+      "--expect-arch"
+      "GlmMoeDsaForCausalLM"
+      "--expect-quant-algo"
+      "MIXED_PRECISION"
+      "--expect-shards"
+      "50"
+    ]
+    ++ h.ok "token through a credential" (lib.hasSuffix tokenSuffix (dsc config).ExecStart)
+    ++ h.eq "LoadCredential" (dsc config).LoadCredential [ "hf-token:/run/secrets/hf-token" ]
+    ++ h.ok "token path not in the command line" (!lib.hasInfix "/run/secrets/hf-token" (dsc config).ExecStart)
+  );
+
+  command-without-preset = h.check [ glm ] (
+    config:
+    h.lacks "no expectations without a preset" (startArgv config) "--expect-arch"
+  );
+
+  command-options = h.check (with' [ glm ] {
+    services.vllm-station.download.models.glm53 = {
+      include = [
+        "*.safetensors"
+        "*.json"
+      ];
+      sha256 = true;
+      expectShards = 7;
+      tokenFile = lib.mkForce null;
+    };
+  }) (
+    config:
+    let
+      argv = startArgv config;
+    in
+    h.ok "--include twice in ${builtins.toJSON argv}" (lib.count (a: a == "--include") argv == 2)
+    ++ h.contains "glob" argv "*.safetensors"
+    ++ h.contains "sha256" argv "--sha256"
+    ++ h.ok "explicit shards" (lib.elem "7" argv)
+    ++ h.eq "no credential" ((dsc config).LoadCredential or [ ]) [ ]
+    ++ h.ok "no token flag" (!lib.hasInfix "--token-file" (dsc config).ExecStart)
+  );
+
+  verify-only = h.check (with' [ glm ] {
+    services.vllm-station.download.models.glm53.verifyOnly = true;
+    services.vllm-station.download.expectations."nvidia/GLM-5.3-NVFP4".shards = 50;
+  }) (
+    config:
+    h.eq "ExecStart" (h.argv (dsc config).ExecStart) [
+      station
+      "verify"
+      dir
+      "--expect-shards"
+      "50"
+    ]
+    ++ h.eq "no network" (unitOf config).wants [ ]
+    ++ h.eq "still NUMA-bound" (dsc config).NUMAPolicy "bind"
+  );
+
+  directory-and-user = h.check [ glm ] (
+    config:
+    h.contains "tmpfiles" config.systemd.tmpfiles.rules "d ${dir} 0755 vllm-station vllm-station - -"
+    ++ h.eq "User" (dsc config).User "vllm-station"
+    ++ h.contains "ReadWritePaths" (dsc config).ReadWritePaths dir
+    ++ h.eq "system user" config.users.users.vllm-station.isSystemUser true
+    ++ h.eq "not the serving unit's StateDirectory" ((dsc config) ? StateDirectory) false
+  );
+
+  # ---- the serving unit requires the stamp ----
+  serving-requires-stamp = h.check served (
+    config:
+    let
+      u = h.unit config;
+      pre = u.serviceConfig.ExecStartPre;
+      script = config.services.vllm-station.download.requireStampScript;
+    in
+    h.eq "first ExecStartPre is the stamp check" (h.argv (builtins.head pre)) [ "${script}" ]
+    ++ h.contains "wants the download" u.wants "vllm-station-download-glm53.service"
+    ++ h.contains "after the download" u.after "vllm-station-download-glm53.service"
+    ++ h.ok "checks the stamp file" (lib.hasInfix "${dir}/.station-verified.json" script.text)
+    ++ h.ok "checks the revision" (lib.hasInfix rev script.text)
+    ++ h.ok "clear message" (lib.hasInfix "refusing to start: the checkpoint in ${dir} is not verified" script.text)
+    ++ h.ok "names the fix" (lib.hasInfix "start vllm-station-download-glm53.service" script.text)
+    ++ h.eq "preflight revision" (builtins.fromJSON config.environment.etc."vllm-station/preflight.json".text).revision rev
+  );
+
+  serving-local-model-without-download-unit = h.check [
+    {
+      services.vllm-station.serve = {
+        enable = true;
+        image = h.image;
+        model = "/srv/models/x";
+      };
+    }
+  ] (
+    config:
+    let
+      script = config.services.vllm-station.download.requireStampScript;
+    in
+    h.eq "stamp check still first" (h.argv (builtins.head (h.unit config).serviceConfig.ExecStartPre)) [ "${script}" ]
+    ++ h.ok "tells to run station verify" (lib.hasInfix "run: station verify /srv/models/x" script.text)
+  );
+
+  serving-repo-id-needs-no-stamp = h.check [
+    glm
+    {
+      services.vllm-station.serve = {
+        enable = true;
+        image = h.image;
+        model = "org/model";
+      };
+    }
+  ] (
+    config:
+    h.eq "only prestart" (lib.length (h.unit config).serviceConfig.ExecStartPre) 1
+    ++ h.lacks "no download dependency" ((h.unit config).wants or [ ]) "vllm-station-download-glm53.service"
+  );
+
+  # ---- every assertion ----
+  assert-branch-revision = h.assertionFails [
+    (lib.recursiveUpdate glm { services.vllm-station.download.models.glm53.revision = "main"; })
+  ] "\"main\" is not a 40-hex commit id";
+
+  branch-allowed = h.check [
+    (lib.recursiveUpdate glm {
+      services.vllm-station.download.models.glm53 = {
+        revision = "main";
+        allowBranch = true;
+      };
+    })
+  ] (config: h.contains "--allow-branch" (startArgv config) "--allow-branch");
+
+  assert-missing-revision = h.assertionFails [
+    {
+      services.vllm-station.download = {
+        enable = true;
+        models.x.model = "org/x";
+      };
+    }
+  ] "a download needs a pinned revision";
+
+  assert-relative-dir = h.assertionFails [
+    (lib.recursiveUpdate glm { services.vllm-station.download.models.glm53.dir = "models/glm"; })
+  ] "must be an absolute path";
+
+  warning-gpu-node = h.check (with' [ glm ] { services.vllm-station.download.numaNodes = [ 1 ]; }) (
+    config:
+    h.ok "warns about node 1: ${builtins.toJSON config.warnings}" (
+      lib.any (lib.hasInfix "includes node 1") config.warnings
+    )
+  );
+}

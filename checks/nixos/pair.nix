@@ -1,0 +1,270 @@
+# Full NixOS evaluations of the pair examples (checks/examples/station-{a,b}.nix, aarch64-linux):
+# the rendered vllm-station, download and beacon units, the pair's env file and the firewall.
+# Loaded by ./default.nix (which passes its unit-reading helpers); adds the examples `station-a`
+# and `station-b`.
+{
+  lib,
+  sections,
+  values,
+  argv,
+  after,
+  eq,
+  ok,
+  show, # unused here; part of the helper set ./default.nix passes
+  toplevel ? false,
+}:
+let
+  headIp = "192.168.100.1";
+  workerIp = "192.168.100.2";
+  rev = "5f0c6e1d2b3a49788c7d6e5f4a3b2c1d0e9f8a7b";
+  dir = "/var/lib/vllm-station-models/glm53";
+  stamp = "${dir}/.station-verified.json";
+  envFile = "/etc/vllm-station/pair.env";
+
+  unitText = config: name: builtins.unsafeDiscardStringContext config.systemd.units."${name}".text;
+  noContext = builtins.unsafeDiscardStringContext;
+
+  # The vLLM arguments each role must render, exactly (after the image in the container command).
+  vllmFlags =
+    role:
+    [
+      dir
+      "--served-model-name"
+      "glm-5.3"
+    ]
+    ++ lib.optionals (role == "head") [
+      "--host"
+      "0.0.0.0"
+      "--port"
+      "8000"
+    ]
+    ++ [
+      "--tensor-parallel-size"
+      "2"
+      "--max-model-len"
+      "98304"
+      "--gpu-memory-utilization"
+      "0.93"
+      "--kv-cache-dtype"
+      "fp8"
+      "--enable-prefix-caching"
+      "--speculative-config"
+      ''{"method":"mtp","num_speculative_tokens":4}''
+    ]
+    ++ lib.optional (role == "worker") "--headless"
+    ++ [
+      "--nnodes"
+      "2"
+      "--node-rank"
+      (if role == "head" then "0" else "1")
+      "--master-addr"
+      headIp
+      "--master-port"
+      "29500"
+    ];
+
+  expectedEnv = role: ''
+    GLOO_SOCKET_IFNAME=cx8r1
+    HEAD_IP=${headIp}
+    MASTER_ADDR=${headIp}
+    MASTER_PORT=29500
+    NCCL_DEBUG=INFO
+    NCCL_IB_GID_INDEX=3
+    NCCL_IB_HCA==mlx5_1
+    NCCL_NET_GDR_LEVEL=SYS
+    NCCL_SOCKET_IFNAME=cx8r1
+    RAIL_HCA=mlx5_1
+    RAIL_IFACE=cx8r1
+    RANK=${if role == "head" then "0" else "1"}
+    VLLM_HOST_IP=${if role == "head" then headIp else workerIp}
+    WORKER_IP=${workerIp}
+  '';
+
+  pairChecks =
+    role: config:
+    let
+      isHead = role == "head";
+      peer = if isHead then workerIp else headIp;
+      station = noContext (lib.getExe config.services.vllm-station.package);
+      image = config.services.vllm-station.serve.image;
+
+      serving = sections (unitText config "vllm-station.service");
+      sv = values (serving.Service or [ ]);
+      su = values (serving.Unit or [ ]);
+      start = argv (builtins.head (sv "ExecStart"));
+      pre = sv "ExecStartPre";
+
+      download = sections (unitText config "vllm-station-download-glm53.service");
+      dv = values (download.Service or [ ]);
+      du = values (download.Unit or [ ]);
+
+      beacon = sections (unitText config "vllm-station-pair-beacon.service");
+      bv = values (beacon.Service or [ ]);
+      bu = values (beacon.Unit or [ ]);
+
+      scripts = config.services.vllm-station.pair.scripts;
+      stampScript = noContext "${config.services.vllm-station.download.requireStampScript}";
+      failedAssertions = map (a: a.message) (lib.filter (a: !a.assertion) config.assertions);
+      fw = config.networking.firewall;
+    in
+    {
+      nixos-assertions = eq "failed NixOS assertions" failedAssertions [ ];
+      warnings = eq "warnings" config.warnings [ ];
+
+      vllm-flags-exact = eq "vLLM flags after the image" (after image start) (vllmFlags role);
+
+      # One file for shells, the unit and the container.
+      env-file =
+        eq "${envFile}" config.environment.etc."vllm-station/pair.env".text (expectedEnv role)
+        ++ eq "EnvironmentFile" (sv "EnvironmentFile") [ envFile ]
+        ++ ok "container --env-file ${envFile}" (lib.elem envFile (after "--env-file" start));
+
+      memlock =
+        eq "LimitMEMLOCK" (sv "LimitMEMLOCK") [ "infinity" ]
+        ++ eq "container memlock, once" (lib.count (a: a == "--ulimit=memlock=-1:-1") start) 1;
+
+      # Stamp check first, then (head) the wait for the worker, then the privileged prestart.
+      start-order =
+        eq "ExecStartPre" (map (l: lib.head (argv l)) pre) (
+          [ stampScript ]
+          ++ lib.optional isHead (noContext "${scripts.waitForWorker}")
+          ++ [
+            station
+            station
+          ]
+        )
+        ++ ok "prestart privileged" (lib.all (lib.hasPrefix "+") (lib.drop (if isHead then 2 else 1) pre))
+        ++ (
+          if isHead then
+            ok "the head waits for ${workerIp}'s beacon" (
+              lib.hasInfix "http://${workerIp}:29510/ready" scripts.waitForWorker.text
+            )
+            ++ ok "the head waits for at most 300 s" (lib.hasInfix "+ 300" scripts.waitForWorker.text)
+            ++ eq "the head's readiness probe" (lib.length (sv "ExecStartPost")) 1
+            ++ eq "TimeoutStartSec (preset)" (sv "TimeoutStartSec") [ "1800" ]
+          else
+            eq "no readiness probe on the worker" (sv "ExecStartPost") [ ]
+        );
+
+      stop-order =
+        eq "beacon BindsTo" (bu "BindsTo") [ "vllm-station.service" ]
+        ++ eq "beacon After (stops before vllm-station)" (bu "After") [ "vllm-station.service" ]
+        ++ eq "beacon ExecStop" (map (l: lib.head (argv l)) (bv "ExecStop")) (
+          lib.optional (!isHead) (noContext "${scripts.waitForHeadStop}")
+        )
+        ++ lib.optionals (!isHead) (
+          ok "the worker waits for the head's port 29500 to close" (
+            lib.hasInfix "/dev/tcp/${headIp}/29500" scripts.waitForHeadStop.text
+          )
+        )
+        ++ eq "beacon binds the rail address" (lib.take 2 (after "--bind" (argv (builtins.head (bv "ExecStart"))))) [
+          (if isHead then headIp else workerIp)
+          "--directory"
+        ]
+        ++ ok "beacon is pulled in by vllm-station" (
+          lib.elem "vllm-station-pair-beacon.service" config.systemd.services.vllm-station.wants
+          || lib.elem "vllm-station.service" config.systemd.services.vllm-station-pair-beacon.wantedBy
+        );
+
+      firewall =
+        eq "extraCommands rules" (lib.filter (l: lib.hasInfix "nixos-fw-accept" l) (lib.splitString "\n" fw.extraCommands)) (
+          map (p: "iptables -w -A nixos-fw -i cx8r1 -s ${peer} -p tcp --dport ${p} -j nixos-fw-accept") (
+            lib.optional isHead "29500"
+            ++ [
+              "29510"
+              "32768:60999"
+            ]
+          )
+        )
+        ++ eq "open to the world" fw.allowedTCPPorts (lib.optional isHead 8000)
+        ++ eq "no world-open ranges" fw.allowedTCPPortRanges [ ]
+        ++ eq "nothing per interface" (lib.concatMap (i: i.allowedTCPPorts) (lib.attrValues fw.interfaces)) [ ];
+
+      download-unit =
+        eq "NUMAPolicy" (dv "NUMAPolicy") [ "bind" ]
+        ++ eq "NUMAMask" (dv "NUMAMask") [ "0" ]
+        ++ eq "DevicePolicy" (dv "DevicePolicy") [ "closed" ]
+        ++ eq "no DeviceAllow" (dv "DeviceAllow") [ ]
+        ++ eq "PrivateDevices" (dv "PrivateDevices") [ "true" ]
+        ++ eq "Type" (dv "Type") [ "oneshot" ]
+        ++ eq "Restart" (dv "Restart") [ "on-failure" ]
+        ++ eq "[Unit] StartLimitBurst" (du "StartLimitBurst") [ "3" ]
+        ++ eq "[Unit] StartLimitIntervalSec" (du "StartLimitIntervalSec") [ "3600" ]
+        ++ eq "ConditionPathExists" (du "ConditionPathExists") [ "!${stamp}" ]
+        ++ eq "ExecStart" (argv (lib.removeSuffix " --token-file %d/hf-token" (builtins.head (dv "ExecStart")))) (
+          [ station ]
+          ++ (
+            if isHead then
+              [
+                "download"
+                "nvidia/GLM-5.3-NVFP4"
+                "--revision"
+                rev
+                "--dir"
+                dir
+                "--membind"
+                "0"
+              ]
+            else
+              [
+                "verify"
+                dir
+              ]
+          )
+          ++ [
+            "--expect-arch"
+            "GlmMoeDsaForCausalLM"
+            "--expect-quant-algo"
+            "MIXED_PRECISION"
+            "--expect-shards"
+            "50"
+          ]
+        )
+        ++ eq "token credential" (dv "LoadCredential") (lib.optional isHead "hf-token:/run/secrets/hf-token");
+
+      serving-requires-stamp =
+        ok "Wants the download unit" (lib.elem "vllm-station-download-glm53.service" (lib.concatMap (lib.splitString " ") (su "Wants")))
+        ++ ok "After the download unit" (lib.elem "vllm-station-download-glm53.service" (lib.concatMap (lib.splitString " ") (su "After")))
+        ++ ok "stamp check names ${stamp}" (lib.hasInfix stamp config.services.vllm-station.download.requireStampScript.text)
+        ++ ok "stamp check compares the revision" (lib.hasInfix rev config.services.vllm-station.download.requireStampScript.text);
+
+      preflight-json =
+        let
+          json = builtins.fromJSON config.environment.etc."vllm-station/preflight.json".text;
+        in
+        eq "preflight pair" json.pair {
+          inherit role;
+          rank = if isHead then 0 else 1;
+          headAddress = headIp;
+          workerAddress = workerIp;
+          railInterface = "cx8r1";
+          railHca = "mlx5_1";
+          gidIndex = 3;
+          masterPort = 29500;
+          peerStampUrl = "http://${peer}:29510/stamp";
+        }
+        ++ eq "preflight revision" json.revision rev
+        ++ eq "preflight modelDir" json.modelDir dir;
+
+      rail-interface =
+        eq "MTU" config.networking.interfaces.cx8r1.mtu 9000
+        ++ eq "address" (map (a: a.address) config.networking.interfaces.cx8r1.ipv4.addresses) [
+          (if isHead then headIp else workerIp)
+        ];
+    }
+    // lib.optionalAttrs toplevel {
+      toplevel-instantiates = ok "toplevel drvPath" (lib.hasSuffix ".drv" config.system.build.toplevel.drvPath);
+    };
+in
+{
+  station-a = {
+    file = ../examples/station-a.nix;
+    systems = [ "aarch64-linux" ];
+    checks = pairChecks "head";
+  };
+  station-b = {
+    file = ../examples/station-b.nix;
+    systems = [ "aarch64-linux" ];
+    checks = pairChecks "worker";
+  };
+}

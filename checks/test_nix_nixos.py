@@ -1,0 +1,146 @@
+"""Nix tiers `nix_nixos` (full NixOS evaluations of checks/examples) and `nix_vm` (VM tests instantiate).
+
+Both need a full nixpkgs tree in NIXOS_TREE. checks/nixos evaluates every example for its systems and
+checks the rendered units; each check is one pytest case (names listed at collection without evaluating
+any system). The VM tests are only instantiated here (nothing builds offline); real CI runs them.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from nixenv import REPO, eval_json, nix_bin, require_nix, require_tree, run_nix
+
+NIXOS_ENTRY = REPO / "checks" / "nixos"
+VM_ENTRY = REPO / "checks" / "vm"
+TREE_VAR = "NIXOS_TREE"
+TREE_MARKER = "nixos/lib/eval-config.nix"
+UNAVAILABLE = "<nix or NIXOS_TREE unavailable>"
+UNLISTABLE = "<check list did not evaluate>"
+# The exposure `systemd-analyze security` may report for the example's units (0 best, 10 worst).
+MAX_EXPOSURE = {"flash-station/x86_64-linux": 2.5, "flash-station-native/x86_64-linux": 2.5}
+
+
+def _tree_args() -> list[str]:
+    return ["--argstr", "nixosTree", os.environ.get(TREE_VAR, "")]
+
+
+def _available() -> bool:
+    tree = os.environ.get(TREE_VAR, "")
+    return nix_bin() is not None and bool(tree) and os.path.exists(os.path.join(tree, TREE_MARKER))
+
+
+def _names() -> list[str]:
+    if not _available():
+        return [UNAVAILABLE]
+    proc = run_nix(
+        [
+            "nix-instantiate", "--eval", "--strict", "--json", str(NIXOS_ENTRY), *_tree_args(),
+            "--arg", "toplevel", "true", "--argstr", "output", "names",
+        ],
+        timeout=120,
+    )  # fmt: skip
+    if proc.returncode != 0:
+        return [UNLISTABLE]
+    names: list[str] = json.loads(proc.stdout)
+    return names
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "nixos_check" in metafunc.fixturenames:
+        metafunc.parametrize("nixos_check", _names())
+
+
+def _require(what: str) -> None:
+    require_nix()
+    require_tree(TREE_VAR, TREE_MARKER, what)
+
+
+@functools.cache
+def _results() -> dict[str, Any]:
+    result: dict[str, Any] = eval_json(
+        [str(NIXOS_ENTRY), *_tree_args(), "--arg", "toplevel", "true"], timeout=900
+    )
+    return result
+
+
+@functools.cache
+def _units() -> dict[str, str]:
+    units: dict[str, str] = eval_json(
+        [str(NIXOS_ENTRY), *_tree_args(), "--argstr", "output", "units"], timeout=900
+    )
+    return units
+
+
+@pytest.mark.nix_nixos
+def test_nixos(nixos_check: str) -> None:
+    _require("full NixOS evaluations (checks/nixos)")
+    results = _results()  # an evaluation error fails here with Nix's message
+    if nixos_check in (UNAVAILABLE, UNLISTABLE):
+        pytest.fail("the check list did not evaluate, but the evaluations did")
+    failed = {f["name"]: f["message"] for f in results["failed"]}
+    if nixos_check in failed:
+        pytest.fail(f"{nixos_check}:\n{failed[nixos_check]}")
+    assert nixos_check in results["passed"], f"{nixos_check} is neither passed nor failed"
+
+
+@pytest.mark.nix_nixos
+def test_both_systems_evaluated() -> None:
+    _require("full NixOS evaluations (checks/nixos)")
+    passed = set(_results()["passed"])
+    for system in ("x86_64-linux", "aarch64-linux"):
+        for check in ("preset-flags-exact", "start-limits-in-unit-section", "toplevel-instantiates"):
+            assert f"flash-station/{system}/{check}" in passed, f"flash-station/{system}/{check} did not pass"
+
+
+def _exposure(unit_text: str, tmp: Path) -> float:
+    unit = tmp / "vllm-station.service"
+    unit.write_text(unit_text)
+    proc = subprocess.run(
+        ["systemd-analyze", "security", "--offline=yes", "--no-pager", str(unit)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    found = re.search(
+        r"Overall exposure level for vllm-station\.service: ([0-9.]+)", proc.stdout + proc.stderr
+    )
+    assert found, (
+        f"systemd-analyze security gave no exposure level:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
+    )
+    return float(found.group(1))
+
+
+@pytest.mark.nix_nixos
+@pytest.mark.parametrize("example", sorted(MAX_EXPOSURE))
+def test_security_exposure(example: str, tmp_path: Path) -> None:
+    """`systemd-analyze security --offline` on the unit as NixOS renders it (the hardening, measured)."""
+    _require("systemd-analyze of the rendered unit (checks/nixos)")
+    if shutil.which("systemd-analyze") is None:
+        pytest.skip(
+            "systemd-analyze not installed: exposure not measured; install systemd (>= 250) to enable"
+        )
+    probe = subprocess.run(
+        ["systemd-analyze", "security", "--help"], capture_output=True, text=True, check=False
+    )
+    if "--offline" not in probe.stdout:
+        pytest.skip("this systemd-analyze has no --offline (needs systemd >= 250): exposure not measured")
+    score = _exposure(_units()[example], tmp_path)
+    print(f"systemd-analyze security exposure of {example}: {score}")
+    assert score <= MAX_EXPOSURE[example], f"exposure {score} > {MAX_EXPOSURE[example]} for {example}"
+
+
+@pytest.mark.nix_vm
+def test_vm_tests_instantiate() -> None:
+    _require("VM tests (checks/vm, instantiated only)")
+    out = eval_json([str(VM_ENTRY), *_tree_args()], timeout=900)
+    assert out["failed"] == [], out["failed"]
+    assert "serve/x86_64-linux" in out["passed"], out
+    for name, drv in out["drvPaths"].items():
+        assert re.fullmatch(r"/nix/store/[0-9a-z]{32}-vm-test-run-[\w.-]+\.drv", drv), f"{name}: {drv}"
