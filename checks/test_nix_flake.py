@@ -8,7 +8,7 @@ import subprocess
 import tomllib
 
 import pytest
-from nixenv import REPO, require_tree, run_nix, store_path, flake_snapshot
+from nixenv import REPO, flake_snapshot, require_tree, run_nix, store_path
 
 NIX_FILES = sorted(
     p.relative_to(REPO).as_posix()

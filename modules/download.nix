@@ -36,7 +36,17 @@ let
   unitName = name: "vllm-station-download-${name}";
 
   enabledModels = lib.filterAttrs (_: m: m.enable) cfg.models;
-  expectationsFor = repo: key: (cfg.expectations.${repo} or { }).${key} or null;
+  # A preset's entries are defaults of their own option, so that a user's `expectations` (any entry)
+  # does not discard them (a preset sets its values with mkDefault, and a plain definition of an
+  # option drops every mkDefault definition of it).
+  # Field by field: a value the user sets wins, the preset's fills the rest.
+  fieldOf = set: repo: key: (set.${repo} or { }).${key} or null;
+  expectationsFor =
+    repo: key:
+    let
+      own = fieldOf cfg.expectations repo key;
+    in
+    if own != null then own else fieldOf cfg.presetExpectations repo key;
 
   expectationModule = {
     options = {
@@ -393,9 +403,20 @@ in
         }
       '';
       description = ''
-        What `station verify` expects of a repository's checkpoint, keyed by repository id. Presets
-        set these (data, not code); every entry of {option}`models` for that repository takes them
-        as the defaults of its `expectArch`, `expectQuantAlgo` and `expectShards`.
+        What `station verify` expects of a repository's checkpoint, keyed by repository id. Every
+        entry of {option}`models` for that repository takes them as the defaults of its `expectArch`,
+        `expectQuantAlgo` and `expectShards`. A value set here wins over a preset's value for the same
+        repository and field (see {option}`presetExpectations`); the preset fills the rest.
+      '';
+    };
+
+    presetExpectations = mkOption {
+      type = types.attrsOf (types.submodule expectationModule);
+      default = { };
+      internal = true;
+      description = ''
+        Checkpoint expectations carried by presets (`modules/presets/*.nix`, data); merged under
+        {option}`expectations`.
       '';
     };
 

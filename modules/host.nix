@@ -10,6 +10,7 @@ let
   inherit (lib) mkOption mkEnableOption types;
   cfg = config.services.vllm-station.host;
   serveEnabled = config.services.vllm-station.serve.enable;
+  serveBackend = config.services.vllm-station.serve.backend;
 in
 {
   options.services.vllm-station.host = {
@@ -83,7 +84,9 @@ in
       (lib.mkIf (cfg.unlimitedMemlock && serveEnabled) {
         systemd.services.vllm-station.serviceConfig.LimitMEMLOCK = "infinity";
         # A container gets the runtime daemon's limits, not the unit's: raise its own.
-        services.vllm-station.serve.containerOptions = [ "--ulimit=memlock=-1:-1" ];
+        services.vllm-station.serve.containerOptions = lib.mkIf (serveBackend == "container") [
+          "--ulimit=memlock=-1:-1"
+        ];
       })
     ]
   );

@@ -34,6 +34,7 @@ let
     mkEnableOption
     mkIf
     mkBefore
+    mkAfter
     mkDefault
     types
     literalExpression
@@ -128,6 +129,19 @@ let
     else
       null;
 
+  # The head's start gate after wait-ready: which transport did NCCL pick? (docs/nccl-check.md)
+  ncclCheckArgs =
+    [
+      (lib.getExe top.package)
+      "nccl-check"
+      "--unit"
+      "vllm-station.service"
+      "--wait"
+      (toString cfg.ncclCheck.waitSeconds)
+    ]
+    ++ lib.optional cfg.ncclCheck.requireGdr "--require-gdr"
+    ++ lib.optional cfg.ncclCheck.pendingOk "--pending-ok";
+
   # Firewall: the peer's rail address, on the rail interface, to these TCP ports only.
   tcpPorts = lib.optional isHead cfg.masterPort ++ [ cfg.beaconPort ];
   range = cfg.firewall.portRange;
@@ -159,8 +173,8 @@ let
     WORKER_IP = cfg.workerAddress;
     RAIL_IFACE = cfg.railInterface;
     RAIL_HCA = cfg.railHca;
-    MASTER_ADDR = cfg.headAddress;
-    MASTER_PORT = toString cfg.masterPort;
+    # No MASTER_ADDR/MASTER_PORT/WORLD_SIZE: torch's env:// launchers read those, and vLLM gets
+    # its rendezvous from the flags (--master-addr/--master-port).
     # Bootstrap/TCP traffic of NCCL and Gloo on the rail, never the management network.
     NCCL_SOCKET_IFNAME = cfg.railInterface;
     GLOO_SOCKET_IFNAME = cfg.railInterface;
@@ -272,7 +286,7 @@ in
       defaultText = literalExpression ''
         {
           RANK = "0"; HEAD_IP = headAddress; WORKER_IP = workerAddress; RAIL_IFACE = railInterface;
-          RAIL_HCA = railHca; MASTER_ADDR = headAddress; MASTER_PORT = "29500";
+          RAIL_HCA = railHca;
           NCCL_SOCKET_IFNAME = railInterface; GLOO_SOCKET_IFNAME = railInterface;
           NCCL_IB_HCA = "=''${railHca}"; NCCL_IB_GID_INDEX = "3"; NCCL_NET_GDR_LEVEL = "SYS";
           NCCL_DEBUG = "INFO"; VLLM_HOST_IP = <this station's rail address>;
@@ -288,6 +302,45 @@ in
         `set -a; . ${envFile}; set +a`), which the serving unit (and its container) loads, so a
         shell and the unit never disagree. Values are restricted to `[A-Za-z0-9_.,:=/@+-]`.
       '';
+    };
+
+    rdmaDevices = mkOption {
+      type = types.listOf types.str;
+      default = [ "/dev/infiniband" ];
+      description = ''
+        Device nodes (or directories of them) passed into the container with `--device=` so NCCL's
+        IB/RoCE transport can open the HCA (`uverbs*`, `rdma_cm`). Without them NCCL falls back to
+        sockets. Container backend only; the native backend's unit allows `char-infiniband_verbs`.
+      '';
+    };
+
+    ncclCheck = {
+      enable = mkOption {
+        type = types.bool;
+        default = true;
+        description = ''
+          On the head, after `wait-ready`: `station nccl-check --unit vllm-station.service --wait
+          {option}`ncclCheck.waitSeconds`` gates the start. A socket fallback (the pair would serve
+          ~10x slower) or an RDMA/GID error (exit 1), or no transport line at all (exit 4), fails the
+          start; the journal holds the verdict and the fix. Needs `NCCL_DEBUG=INFO` (the default of
+          {option}`environment`). The worker never gates on it: its NCCL connects only once the head runs.
+        '';
+      };
+      waitSeconds = mkOption {
+        type = types.ints.positive;
+        default = 30;
+        description = "How long nccl-check waits for a final verdict (counts against `serve.startTimeout`).";
+      };
+      requireGdr = mkOption {
+        type = types.bool;
+        default = false;
+        description = "Also refuse IB/RoCE without GPUDirect RDMA (`--require-gdr`).";
+      };
+      pendingOk = mkOption {
+        type = types.bool;
+        default = false;
+        description = "Let a start without any NCCL transport line through with a warning (`--pending-ok`).";
+      };
     };
 
     scripts = mkOption {
@@ -398,6 +451,8 @@ in
           "--env-file"
           envFile
         ]
+        # ibverbs needs the RDMA device nodes inside the container (CDI brings only the GPU).
+        ++ map (d: "--device=${d}") cfg.rdmaDevices
         # The container inherits dockerd's limits, not the unit's (the host module adds the same).
         ++ lib.optional (!hostAddsMemlock) "--ulimit=memlock=-1:-1"
       );
@@ -411,6 +466,7 @@ in
           railHca
           gidIndex
           masterPort
+          beaconPort
           ;
         peerStampUrl = stampUrl;
       };
@@ -431,6 +487,8 @@ in
       }
       // lib.optionalAttrs isHead {
         ExecStartPre = mkBefore [ (utils.escapeSystemdExecArgs [ waitForWorker ]) ];
+        # `+`: full privileges for this one command, so it may read the system journal.
+        ExecStartPost = lib.mkIf cfg.ncclCheck.enable (mkAfter [ ("+" + utils.escapeSystemdExecArgs ncclCheckArgs) ]);
       };
     };
 

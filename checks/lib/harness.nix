@@ -153,7 +153,7 @@ let
       lib.optional (failed != [ ]) "unexpected failed assertions: ${show failed}" ++ test.check config;
 in
 rec {
-  inherit fake utils;
+  inherit fake utils eval; # eval: for tests that render a value (checks/test_nix_pair_scripts.py)
 
   image = "vllm/vllm-openai@sha256:${lib.strings.replicate 64 "a"}";
 

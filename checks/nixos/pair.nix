@@ -66,8 +66,6 @@ let
   expectedEnv = role: ''
     GLOO_SOCKET_IFNAME=cx8r1
     HEAD_IP=${headIp}
-    MASTER_ADDR=${headIp}
-    MASTER_PORT=29500
     NCCL_DEBUG=INFO
     NCCL_IB_GID_INDEX=3
     NCCL_IB_HCA==mlx5_1
@@ -117,7 +115,8 @@ let
       env-file =
         eq "${envFile}" config.environment.etc."vllm-station/pair.env".text (expectedEnv role)
         ++ eq "EnvironmentFile" (sv "EnvironmentFile") [ envFile ]
-        ++ ok "container --env-file ${envFile}" (lib.elem envFile (after "--env-file" start));
+        ++ ok "container --env-file ${envFile}" (lib.elem envFile (after "--env-file" start))
+        ++ ok "RDMA devices in the container" (lib.elem "--device=/dev/infiniband" start);
 
       memlock =
         eq "LimitMEMLOCK" (sv "LimitMEMLOCK") [ "infinity" ]
@@ -140,7 +139,19 @@ let
               lib.hasInfix "http://${workerIp}:29510/ready" scripts.waitForWorker.text
             )
             ++ ok "the head waits for at most 300 s" (lib.hasInfix "+ 300" scripts.waitForWorker.text)
-            ++ eq "the head's readiness probe" (lib.length (sv "ExecStartPost")) 1
+            ++ eq "the head's gates after start: wait-ready, nccl-check" (
+              map (l: lib.take 2 (argv (lib.removeSuffix " --api-key-file %d/api-key" l))) (sv "ExecStartPost")
+            ) [
+              [
+                station
+                "wait-ready"
+              ]
+              [
+                station
+                "nccl-check"
+              ]
+            ]
+            ++ ok "nccl-check privileged" (lib.hasPrefix "+" (lib.last (sv "ExecStartPost")))
             ++ eq "TimeoutStartSec (preset)" (sv "TimeoutStartSec") [ "1800" ]
           else
             eq "no readiness probe on the worker" (sv "ExecStartPost") [ ]
@@ -241,6 +252,7 @@ let
           railHca = "mlx5_1";
           gidIndex = 3;
           masterPort = 29500;
+          beaconPort = 29510;
           peerStampUrl = "http://${peer}:29510/stamp";
         }
         ++ eq "preflight revision" json.revision rev

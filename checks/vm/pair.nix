@@ -5,7 +5,8 @@
 # message naming the worker's address), the worker starts first and the head then comes up, each
 # station's /etc/vllm-station/pair.env holds exactly the declared values and the running process
 # has the same environment, the flags of each role, unlimited memlock, the firewall open to the
-# peer's rail address only (closed to the third node), and the head stops first.
+# peer's rail address only (closed to the third node), the head's start fails on an NCCL socket
+# fallback (`station nccl-check` after wait-ready), and the head stops first.
 #
 #   import ./checks/vm/pair.nix { inherit pkgs; }
 { pkgs, ... }:
@@ -70,8 +71,6 @@ pkgs.testers.runNixOSTest {
       common = {
         HEAD_IP = headIp;
         WORKER_IP = workerIp;
-        MASTER_ADDR = headIp;
-        MASTER_PORT = "29500";
         RAIL_IFACE = "eth1";
         RAIL_HCA = "mlx5_0";
         NCCL_SOCKET_IFNAME = "eth1";
@@ -152,14 +151,13 @@ pkgs.testers.runNixOSTest {
       with subtest("the head refuses to start before the worker, naming the worker"):
           head.fail(f"systemctl start {UNIT}")
           head.succeed(f"journalctl -u {UNIT} --no-pager | grep -F 'the worker {WORKER_IP} did not answer'")
-          # Restart=always would retry after RestartSec; reset the failure and the start counter.
-          head.succeed(f"systemctl reset-failed {UNIT}")
+          # Restart=always would retry after RestartSec: stop, and reset the failure and the start counter.
+          head.succeed(f"systemctl stop {UNIT}; systemctl reset-failed {UNIT}")
 
       with subtest("worker first, then the head"):
           worker.succeed(f"systemctl start {UNIT}")
           worker.wait_for_unit(BEACON)
           worker.wait_until_succeeds(f"curl -sf http://{WORKER_IP}:29510/ready")
-          head.succeed(f"systemctl reset-failed {UNIT} || true")
           head.succeed(f"systemctl start {UNIT}")
           head.wait_for_unit(UNIT)
           head.succeed("curl -sf http://127.0.0.1:8000/health")
@@ -168,6 +166,18 @@ pkgs.testers.runNixOSTest {
           worker.wait_until_succeeds(
               f"journalctl -u {UNIT} --no-pager | grep -F 'head rendezvous {HEAD_IP}:29500 reached'", timeout=60
           )
+
+      with subtest("the head's start gate: NCCL must not fall back to sockets"):
+          # Ready means serving *over the rail*: nccl-check ran after wait-ready and passed.
+          head.succeed(f"journalctl -u {UNIT} --no-pager | grep -F 'PASS    GPUDirect RDMA'")
+          head.succeed(f"systemctl stop {UNIT}")
+          head.succeed("systemctl set-environment STUB_NCCL=socket")
+          head.fail(f"systemctl start {UNIT}")
+          head.succeed(f"journalctl -u {UNIT} --no-pager | grep -F 'FAIL    socket fallback'")
+          head.succeed(f"systemctl stop {UNIT}; systemctl reset-failed {UNIT}")
+          head.succeed("systemctl unset-environment STUB_NCCL")
+          head.succeed(f"systemctl start {UNIT}")
+          head.wait_for_unit(UNIT)
 
       with subtest("the running processes have the file's environment"):
           for name, machine in (("head", head), ("worker", worker)):

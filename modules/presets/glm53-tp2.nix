@@ -19,7 +19,7 @@
     };
   };
   # What `station verify` expects of this checkpoint (download units of this repository pick it up).
-  download.expectations."nvidia/GLM-5.3-NVFP4" = {
+  download.presetExpectations."nvidia/GLM-5.3-NVFP4" = {
     arch = "GlmMoeDsaForCausalLM";
     quantAlgo = "MIXED_PRECISION";
     shards = 50;

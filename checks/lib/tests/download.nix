@@ -116,6 +116,33 @@ in
     ++ h.ok "token path not in the command line" (!lib.hasInfix "/run/secrets/hf-token" (dsc config).ExecStart)
   );
 
+  # A user's own expectations (for another repository) keep the preset's.
+  preset-expectations-survive-user-entries = h.check (with' served {
+    services.vllm-station.download.expectations."other/repo".shards = 3;
+  }) (
+    config:
+    h.eq "expect-arch still from the preset" (
+      lib.take 2 (lib.drop 9 (startArgv config))
+    ) [
+      "--expect-arch"
+      "GlmMoeDsaForCausalLM"
+    ]
+  );
+
+  user-expectations-override-the-preset = h.check (with' served {
+    services.vllm-station.download.expectations."nvidia/GLM-5.3-NVFP4".shards = 51;
+  }) (
+    config:
+    h.eq "expectations: the user's shards, the preset's arch and algorithm" (lib.drop 9 (startArgv config)) [
+      "--expect-arch"
+      "GlmMoeDsaForCausalLM"
+      "--expect-quant-algo"
+      "MIXED_PRECISION"
+      "--expect-shards"
+      "51"
+    ]
+  );
+
   command-without-preset = h.check [ glm ] (
     config:
     h.lacks "no expectations without a preset" (startArgv config) "--expect-arch"

@@ -62,4 +62,15 @@ in
     ++ h.eq "sysctl still applied" config.boot.kernel.sysctl."kernel.numa_balancing" 0
   );
 
+
+  native-backend-no-container-options = h.check [
+    serve
+    hostOn
+    { services.vllm-station.serve.backend = "native"; }
+  ] (
+    config:
+    h.eq "LimitMEMLOCK" (h.unit config).serviceConfig.LimitMEMLOCK "infinity"
+    ++ h.eq "containerOptions" config.services.vllm-station.serve.containerOptions [ ]
+    ++ h.eq "warnings" config.warnings [ ]
+  );
 }

@@ -65,8 +65,6 @@ let
     WORKER_IP = workerIp;
     RAIL_IFACE = "cx8r1";
     RAIL_HCA = "mlx5_1";
-    MASTER_ADDR = headIp;
-    MASTER_PORT = "29500";
     NCCL_SOCKET_IFNAME = "cx8r1";
     GLOO_SOCKET_IFNAME = "cx8r1";
     NCCL_IB_HCA = "=mlx5_1";
@@ -128,6 +126,7 @@ in
       ]
     )
     ++ h.ok "restart on env change" (lib.elem (envText config) (h.unit config).restartTriggers)
+    ++ h.contains "RDMA devices in the container" (start config) "--device=/dev/infiniband"
   );
 
   env-file-native = h.check (with' worker {
@@ -137,6 +136,7 @@ in
     config:
     h.contains "EnvironmentFile" (sc config).EnvironmentFile "/etc/vllm-station/pair.env"
     ++ h.lacks "no container option on native" (start config) "--env-file"
+    ++ h.lacks "no --device on native" (start config) "--device=/dev/infiniband"
   );
 
   # ---- flags ----
@@ -201,7 +201,7 @@ in
         "31000"
       ]
     )
-    ++ h.eq "MASTER_PORT" (envOf config).MASTER_PORT "31000"
+    ++ h.eq "rendezvous in the flags only, not in the env" ((envOf config) ? MASTER_PORT) false
   );
 
   memlock = h.check [ worker ] (
@@ -267,6 +267,44 @@ in
     ++ h.ok "stop timeout covers the wait" (b.serviceConfig.TimeoutStopSec > 90)
   );
 
+  nccl-check-gates-the-head = h.check [ head ] (
+    config:
+    let
+      post = (sc config).ExecStartPost;
+    in
+    h.eq "ExecStartPost count (wait-ready, nccl-check)" (lib.length post) 2
+    ++ h.ok "wait-ready first" (lib.hasInfix "wait-ready" (builtins.head post))
+    ++ h.ok "nccl-check privileged (+)" (lib.hasPrefix "+" (lib.last post))
+    ++ h.eq "nccl-check argv" (h.argv (lib.last post)) [
+      "${h.fake.station}/bin/station"
+      "nccl-check"
+      "--unit"
+      "vllm-station.service"
+      "--wait"
+      "30"
+    ]
+  );
+
+  nccl-check-options = h.check (with' head {
+    services.vllm-station.pair.ncclCheck = {
+      requireGdr = true;
+      pendingOk = true;
+      waitSeconds = 10;
+    };
+  }) (
+    config:
+    h.eq "nccl-check argv tail" (lib.drop 4 (h.argv (lib.last (sc config).ExecStartPost))) [
+      "--wait"
+      "10"
+      "--require-gdr"
+      "--pending-ok"
+    ]
+  );
+
+  nccl-check-off = h.check (with' head { services.vllm-station.pair.ncclCheck.enable = false; }) (
+    config: h.eq "only wait-ready" (lib.length (sc config).ExecStartPost) 1
+  );
+
   order-head-stops-freely = h.check [ head ] (
     config: h.eq "head beacon has no ExecStop wait" (beacon config).serviceConfig.ExecStop [ ]
   );
@@ -285,6 +323,7 @@ in
       railHca = "mlx5_1";
       gidIndex = 3;
       masterPort = 29500;
+      beaconPort = 29510;
       peerStampUrl = "http://${headIp}:29510/stamp";
     }
   );
@@ -352,7 +391,7 @@ in
     ++ flag "--served-model-name" "glm-5.3"
     ++ h.contains "prefix caching" args "--enable-prefix-caching"
     ++ h.eq "model (overridden by the local path)" (builtins.head args) "/var/lib/vllm-station-models/glm53"
-    ++ h.eq "checkpoint expectations" config.services.vllm-station.download.expectations."nvidia/GLM-5.3-NVFP4" {
+    ++ h.eq "checkpoint expectations" config.services.vllm-station.download.presetExpectations."nvidia/GLM-5.3-NVFP4" {
       arch = "GlmMoeDsaForCausalLM";
       quantAlgo = "MIXED_PRECISION";
       shards = 50;

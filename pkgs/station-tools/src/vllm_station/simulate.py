@@ -80,7 +80,10 @@ def _stamped_data_received(self: RequestHandler, data: bytes) -> None:
     _orig_data_received(self, data)
 
 
-RequestHandler.data_received = _stamped_data_received  # type: ignore[method-assign]
+def _install_arrival_stamp() -> None:
+    """Patch once, when a simulator starts (never at import: other aiohttp servers stay untouched)."""
+    if RequestHandler.data_received is not _stamped_data_received:
+        RequestHandler.data_received = _stamped_data_received  # type: ignore[method-assign]
 
 
 def _arrival(request: web.Request) -> float:
@@ -596,6 +599,7 @@ def parse_fail(spec: str | None) -> dict[str, float]:
 async def serve(
     config: SimConfig, host: str, port: int, ready: Any = None
 ) -> tuple[web.AppRunner, Simulator, int]:
+    _install_arrival_stamp()
     sim = Simulator(config)
     runner = web.AppRunner(sim.app(), access_log=None, handle_signals=False)
     await runner.setup()
