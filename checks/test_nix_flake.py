@@ -6,6 +6,7 @@ import json
 import re
 import subprocess
 import tomllib
+from typing import Any
 
 import pytest
 from nixenv import REPO, flake_snapshot, require_tree, run_nix, store_path
@@ -60,14 +61,15 @@ def _flake_eval(tree: str, attr: str, apply: str | None = None, raw: bool = Fals
 @pytest.mark.nix_flake
 def test_outputs_with_lib_tree() -> None:
     lib = require_tree("NIXPKGS_LIB", "lib/default.nix", "flake structure against nixpkgs lib")
-    out = json.loads(
-        _flake_eval(
-            str(lib),
-            "self",
-            apply="f: { modules = builtins.attrNames f.nixosModules; apps = builtins.mapAttrs (_: builtins.attrNames) f.apps;"
-            " packages = builtins.attrNames f.packages; configs = builtins.attrNames f.nixosConfigurations; }",
-        )
-    )
+    def names(attr: str, apply: str = "builtins.attrNames") -> Any:
+        return json.loads(_flake_eval(str(lib), attr, apply=apply))
+
+    out = {
+        "modules": names("nixosModules"),
+        "apps": names("apps", "builtins.mapAttrs (_: builtins.attrNames)"),
+        "packages": names("packages"),
+        "configs": names("nixosConfigurations"),
+    }
     assert {"default", "serve", "host", "download", "pair"} <= set(out["modules"])
     assert sorted(out["packages"]) == sorted(SYSTEMS)
     for system in SYSTEMS:
@@ -107,3 +109,19 @@ def test_git_sees_no_fetched_tree() -> None:
     tracked = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout
     for marker in ["lib/modules.nix", "nixos/modules/module-list.nix", "pkgs/top-level/all-packages.nix"]:
         assert not any(line.endswith(marker) for line in tracked.splitlines()), f"fetched nixpkgs file {marker} is tracked"
+
+
+@pytest.mark.nix_flake
+def test_flake_checks_cover_every_tier() -> None:
+    """`checks.<system>` holds the package, the module tests, the examples and the VM tests."""
+    lib = require_tree("NIXPKGS_LIB", "lib/default.nix", "flake checks listing against nixpkgs lib")
+    names = json.loads(_flake_eval(str(lib), "checks.x86_64-linux", apply="builtins.attrNames"))
+    assert set(names) == {"package", "module-tests", "flash-station", "station-a", "station-b", "vm-serve", "vm-pair"}
+
+
+@pytest.mark.nix_flake
+def test_flake_module_tests_check_passes() -> None:
+    """The module-tests check evaluates the same tests as the nix_lib tier, through the flake."""
+    tree = require_tree("NIXOS_TREE", "nixos/lib/eval-config.nix", "flake module-tests check")
+    drv = json.loads(_flake_eval(str(tree), "checks.x86_64-linux.module-tests.drvPath"))
+    assert drv.endswith("-vllm-station-module-tests.drv")

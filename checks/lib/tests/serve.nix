@@ -226,7 +226,7 @@ in
     ++ h.contains "prefix caching turned off" args "--no-enable-prefix-caching"
     ++ h.lacks "prefix caching turned off" args "--enable-prefix-caching"
     ++ h.eq "preset value kept" (flagValue "--tool-call-parser" args) "glm47"
-    ++ h.eq "extraFlags last" (lib.takeEnd 2 args) [
+    ++ h.eq "extraFlags last" (lib.drop (lib.length args - 2) args) [
       "--max-num-batched-tokens"
       "16384"
     ]

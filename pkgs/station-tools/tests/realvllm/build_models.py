@@ -33,6 +33,7 @@ def build(models: Path, key: str, force: bool) -> None:
         return
     why = "forced" if force else ("code changed" if final.exists() else "missing")
     print(f"build-test-models: building {final} ({why}) with tests/realvllm/{BUILDERS[key]}", flush=True)
+    code_sha256 = manifest.code_hash(key)  # before building: an edit during the build must not count
     tmp = models / f".tmp-{final.name}"
     shutil.rmtree(tmp, ignore_errors=True)
     t0 = time.monotonic()
@@ -42,7 +43,7 @@ def build(models: Path, key: str, force: bool) -> None:
     seconds = round(time.monotonic() - t0, 1)
     stamp = {
         "model": key,
-        "code_sha256": manifest.code_hash(key),
+        "code_sha256": code_sha256,
         "build_seconds": seconds,
         "built_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
