@@ -122,6 +122,7 @@ class _ReqRecord:
     end: float | None = None
     injected: str | None = None
     stream: bool = True
+    rid: str = ""
 
 
 def _dist(values: list[float]) -> dict[str, float | int | None]:
@@ -253,7 +254,20 @@ class Simulator:
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
 
     async def stats_handler(self, request: web.Request) -> web.Response:
-        return web.json_response(self.stats())
+        stats = self.stats()
+        if request.query.get("records"):  # per request, on this host's monotonic clock (perf_counter)
+            stats["records"] = [
+                {
+                    "id": r.rid,
+                    "arrive": r.arrive,
+                    "first_emit": r.emits[0] if r.emits else None,
+                    "last_emit": r.emits[-1] if r.emits else None,
+                    "tokens": len(r.emits),
+                    "injected": r.injected,
+                }
+                for r in self.records
+            ]
+        return web.json_response(stats)
 
     async def reset_handler(self, request: web.Request) -> web.Response:
         self.records.clear()
@@ -381,7 +395,7 @@ class Simulator:
             pieces = []
         finish = "tool_calls" if tools else ("length" if n >= self._n_requested(body) else "stop")
         due = self._schedule(first_due, n)
-        rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
+        rid = rec.rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
         self.running += 1
         try:
             if not stream:
