@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import logging
 import os
+import secrets
 import sys
 from pathlib import Path
 
@@ -127,7 +128,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="read the server's /metrics before, during and after each level",
     )
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="prompt seed (default: a fresh one per run, recorded in the report; with a fixed seed a "
+        "second run repeats the same prompts and the server's prefix cache answers part of them)",
+    )
     parser.add_argument(
         "--json", dest="json_out", default=None, help="write the JSON report here ('-' = stdout)"
     )
@@ -186,7 +193,7 @@ def options(args: argparse.Namespace) -> BenchOptions:
         timeout=args.timeout,
         tokenizer=args.tokenizer,
         scrape=args.scrape_metrics,
-        seed=args.seed,
+        seed=args.seed if args.seed is not None else secrets.randbits(31),
         progress=not args.no_progress,
         expectations=expect_mod.parse(args.expect),
     )
