@@ -176,6 +176,10 @@ def _key_paths(obj: Any, prefix: str = "") -> list[str]:
 def test_unreachable_server_exits_3(tmp_path: Path) -> None:
     rc = main(["bench", "--base-url", "http://127.0.0.1:9", "-c", "1", "--requests", "1", "--no-progress"])
     assert rc == 3
+    # with --model there is no discovery call: every measured request fails to connect → still exit 3
+    rc = main(["bench", "--base-url", "http://127.0.0.1:9", "--model", "m", "-c", "1", "--requests", "1",
+               "--warmup", "0", "--no-progress"])  # fmt: skip
+    assert rc == 3
 
 
 def test_no_tokenize_falls_back_and_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

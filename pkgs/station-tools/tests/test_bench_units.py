@@ -98,6 +98,14 @@ def test_failure_kinds_from_stream_content(chunks: list[tuple[float, bytes]], ki
     assert r.failure == kind
 
 
+def test_empty_text_token_times_from_the_finish_event() -> None:
+    last = _ev({"choices": [{"index": 0, "delta": {"content": ""}, "finish_reason": "length"}]})
+    usage1 = _ev({"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 1, "total_tokens": 10}})
+    r = parse(_raw([(1.05, ROLE), (1.3, last + usage1 + DONE)]), expected_tokens=1)
+    assert r.ok and r.ttft == pytest.approx(0.3) and r.output_tokens == 1
+    assert r.prefill_tok_s == pytest.approx(9 / 0.3)
+
+
 def test_transport_failures_pass_through_with_body_excerpt() -> None:
     raw = _raw([(1.1, b'{"error": "overloaded"}')], error_kind="http_5xx", error="HTTP 503", status=503)
     r = parse(raw, 4)

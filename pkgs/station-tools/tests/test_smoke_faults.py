@@ -422,8 +422,11 @@ def test_several_models_without_model_is_usage(srv: FaultServer, capsys: pytest.
     assert (
         checks["models"]["reason"] == "the server lists 2 models (fake, fake-lora): choose one with --model"
     )
-    code, checks, _ = smoke(capsys, "--base-url", srv.url, "--model", "fake")
-    assert code == 0
+    code, checks, _ = smoke(capsys, "--base-url", srv.url, "--model", "fake-lora")
+    assert (
+        code == 0
+        and checks["models"]["reason"] == "serves fake-lora (one of 2 models listed, max_model_len 2048)"
+    )
 
 
 def test_missing_key_file_is_usage(

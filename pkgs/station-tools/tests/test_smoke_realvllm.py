@@ -32,7 +32,8 @@ def smoke_json(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dic
     print(
         "\n"
         + "\n".join(
-            f"  {c['name']:<17} {c['result']:<5} {c['latency_s']} s  {c['reason']}" for c in rep["checks"]
+            f"  {c['name']:<17} {c['result']:<5} {c['latency_s'] or '-':>7} s  {c['reason']}"
+            for c in rep["checks"]
         )
     )
     print(err, file=sys.stderr)

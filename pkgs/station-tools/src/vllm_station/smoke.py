@@ -246,7 +246,7 @@ def check_models(api: ApiClient, want: str | None) -> tuple[CheckResult, str | N
         reason = f"model {want!r} is not served; the server lists: {', '.join(ids)} (use --model {ids[0]})"
         return CheckResult("models", FAIL, latency, reason, d), None, EXIT_FAIL
     else:
-        how = f"{len(ids)} model(s) listed"
+        how = "the only model listed" if len(ids) == 1 else f"one of {len(ids)} models listed"
     info = next(m for m in models if m.id == want)
     d["max_model_len"] = info.max_model_len
     mml = f", max_model_len {info.max_model_len}" if info.max_model_len else ""

@@ -22,7 +22,7 @@ from pathlib import Path
 from vllm_station.bench import expect as expect_mod
 from vllm_station.bench.modes import DEFAULT_LEVELS, BenchOptions, Count, execute, normalise_base_url
 from vllm_station.bench.report import render_table, to_csv, to_json
-from vllm_station.errors import UsageError
+from vllm_station.errors import Unreachable, UsageError
 
 HELP = "load test: concurrency sweep, burst, prefill; tables, JSON/CSV, PNG plots"
 log = logging.getLogger("vllm_station.bench")
@@ -220,6 +220,8 @@ def run(args: argparse.Namespace) -> int:
     if to_stdout:
         sys.stdout.write(to_json(report))
     if report.levels and all(lv.ok == 0 for lv in report.levels):
+        if all(set(lv.failures) == {"connect"} for lv in report.levels):
+            raise Unreachable(f"{opts.base_url}: no request could connect; is the server up?")
         return 1
     return 0 if report.passed else 1
 

@@ -52,7 +52,7 @@ FAILURE_KINDS = (
     "truncated",  # stream cut off, or ended without data: [DONE]
     "stream_error",  # an SSE {"error": …} event
     "malformed",  # an event that is not JSON
-    "empty",  # finished without any content-bearing event
+    "empty",  # finished without any content-bearing event (nor a finish_reason with usage tokens)
     "length_mismatch",  # fixed output length requested, usage says otherwise
 )
 
@@ -102,6 +102,7 @@ def parse(raw: RawResult, expected_tokens: int | None) -> RequestResult:
     prev: float | None = None
     n_content = 0
     usage_tokens: int | None = None
+    t_finish: float | None = None  # the event carrying finish_reason
     done = False
     gaps = res.gaps
     for t, ev in _events(raw):
@@ -137,6 +138,8 @@ def parse(raw: RawResult, expected_tokens: int | None) -> RequestResult:
         if not choices:
             continue
         c0 = choices[0]
+        if t_finish is None and c0.get("finish_reason"):
+            t_finish = t
         delta = c0.get("delta")
         if delta is None:  # /v1/completions
             bearing = bool(c0.get("text"))
@@ -158,6 +161,11 @@ def parse(raw: RawResult, expected_tokens: int | None) -> RequestResult:
     if not done:
         res.failure, res.detail = "truncated", "the stream ended without data: [DONE]"
         return res
+    if first is None and t_finish is not None and usage_tokens:
+        # tokens whose text is empty (a partial UTF-8 byte, a special token): e.g. max_tokens 1 in prefill
+        # mode. The event that carries finish_reason is when the last of them arrived.
+        first = last_content = t_finish
+        n_content = 1
     if first is None or last_event is None or last_content is None:
         res.failure, res.detail = "empty", "no content-bearing event in the stream"
         return res
