@@ -36,3 +36,21 @@ def test_short_sweep_on_real_vllm(smol_server: Any, tmp_path: Path) -> None:
         assert 0 < lv["ttft"]["median"] < lv["e2e"]["median"]
         assert lv["tok_s"]["mean"] > 0
         assert lv["server"]["generation_tokens_delta"] == 16  # vLLM's own counter agrees
+
+
+def test_prefill_exact_prompt_lengths_on_real_vllm(smol_server: Any, tmp_path: Path) -> None:
+    out = tmp_path / "prefill.json"
+    rc = main(
+        [
+            "bench", "prefill", "--base-url", smol_server.base_url, "--lengths", "256,1024", "--warmup", "0",
+            "--requests", "2", "--timeout", "120", "--json", str(out), "--no-progress",
+        ]
+    )  # fmt: skip
+    report = json.loads(out.read_text())
+    assert rc == 0, report["levels"]
+    for lv, n in zip(report["levels"], (256, 1024), strict=True):
+        assert lv["name"] == f"p{n}" and lv["ok"] == 2
+        # exact through vLLM's /tokenize with the real chat template; confirmed by the server's usage
+        assert lv["prompt_tokens"]["min"] == lv["prompt_tokens"]["max"] == n
+        assert lv["output_tokens"]["max"] == 1
+        assert lv["prefill_tok_s"]["median"] == pytest.approx(n / lv["ttft"]["median"], rel=0.05)

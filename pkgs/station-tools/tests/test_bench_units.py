@@ -7,10 +7,10 @@ import json
 import pytest
 
 from vllm_station.bench import expect
-from vllm_station.bench.wire import RawResult
 from vllm_station.bench.metrics import Dist, percentile, summarise_level
 from vllm_station.bench.parse import RequestResult, parse
 from vllm_station.bench.scrape import parse_prometheus
+from vllm_station.bench.wire import RawResult
 from vllm_station.errors import UsageError
 
 
@@ -28,9 +28,8 @@ DONE = b"data: [DONE]\n\n"
 
 
 def _raw(chunks: list[tuple[float, bytes]], **kw: object) -> RawResult:
-    r = RawResult(
-        index=0, t_sched=0.9995, t_start=0.9995, t_sent=1.0, t_headers=1.01, t_end=chunks[-1][0] if chunks else 2
-    )
+    end = chunks[-1][0] if chunks else 2.0
+    r = RawResult(index=0, t_sched=0.9995, t_start=0.9995, t_sent=1.0, t_headers=1.01, t_end=end)
     r.chunks = chunks
     for k, v in kw.items():
         setattr(r, k, v)

@@ -29,7 +29,7 @@ class RawResult:
     index: int
     t_sched: float  # when the request was due (closed loop: a worker became free; burst: the start line)
     t_start: float = 0.0  # the client began this request (before taking a connection)
-    t_sent: float = 0.0  # the whole request was handed to the kernel; TTFT and E2E count from here
+    t_sent: float = 0.0  # just before the request was handed to the kernel; TTFT and E2E count from here
     t_headers: float = 0.0  # response headers received
     t_end: float = 0.0  # end of the response (complete, error or timeout)
     status: int = 0
@@ -257,8 +257,10 @@ class WireClient:
             done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             conn.begin(res, done)
             assert conn.transport is not None
-            conn.transport.write(wire)
+            # stamp, then write: on a busy host the kernel may run the server as soon as the bytes land,
+            # before this process gets the CPU back; a stamp taken after write() would then be late
             res.t_sent = perf()
+            conn.transport.write(wire)
             remaining = self.timeout - (res.t_sent - res.t_start)
             try:
                 await asyncio.wait_for(done, timeout=max(0.001, remaining))
