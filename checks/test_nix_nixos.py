@@ -136,11 +136,17 @@ def test_security_exposure(example: str, tmp_path: Path) -> None:
     assert score <= MAX_EXPOSURE[example], f"exposure {score} > {MAX_EXPOSURE[example]} for {example}"
 
 
+@functools.cache
+def _vm_results() -> Any:
+    return eval_json([str(VM_ENTRY), *_tree_args()], timeout=900)
+
+
 @pytest.mark.nix_vm
-def test_vm_tests_instantiate() -> None:
+@pytest.mark.parametrize("test", ["serve", "pair"])
+def test_vm_test_instantiates(test: str) -> None:
     _require("VM tests (checks/vm, instantiated only)")
-    out = eval_json([str(VM_ENTRY), *_tree_args()], timeout=900)
+    out = _vm_results()
     assert out["failed"] == [], out["failed"]
-    assert "serve/x86_64-linux" in out["passed"], out
-    for name, drv in out["drvPaths"].items():
-        assert re.fullmatch(r"/nix/store/[0-9a-z]{32}-vm-test-run-[\w.-]+\.drv", drv), f"{name}: {drv}"
+    name = f"{test}/x86_64-linux"
+    assert name in out["passed"], out
+    assert re.fullmatch(r"/nix/store/[0-9a-z]{32}-vm-test-run-[\w.-]+\.drv", out["drvPaths"][name]), out
