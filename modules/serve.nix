@@ -60,6 +60,9 @@ let
     HF_HOME = "${cacheDir}/huggingface";
     VLLM_CACHE_ROOT = "${cacheDir}/vllm";
     TRITON_CACHE_DIR = "${cacheDir}/triton";
+    # Inductor's default is /tmp/torchinductor_$USER: lost with the container (measured on vLLM 0.32
+    # CPU: a warm start with it kept took 34.6 s against 62.1 s cold).
+    TORCHINDUCTOR_CACHE_DIR = "${cacheDir}/inductor";
     FLASHINFER_WORKSPACE_BASE = cacheDir;
     CUDA_CACHE_PATH = "${cacheDir}/nv";
     # vLLM's own engine start deadline (default 600 s) must not be shorter than the unit's.

@@ -173,6 +173,7 @@ in
     ++ h.ok "ExecStop ignores failure (-)" (lib.hasPrefix "-" (builtins.head s.ExecStop))
     ++ h.contains "engine-ready timeout follows startTimeout" (envFlags config) "VLLM_ENGINE_READY_TIMEOUT_S=900"
     ++ h.contains "persistent compile cache" (envFlags config) "VLLM_CACHE_ROOT=/var/cache/vllm-station/vllm"
+    ++ h.contains "persistent inductor cache" (envFlags config) "TORCHINDUCTOR_CACHE_DIR=/var/cache/vllm-station/inductor"
     ++ h.contains "persistent HF cache" (envFlags config) "HF_HOME=/var/cache/vllm-station/huggingface"
     ++ h.eq "directories" [
       s.StateDirectory
