@@ -36,13 +36,13 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 import uuid
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
@@ -799,14 +799,13 @@ class SimProcess:
                     self.log.append(raw.decode(errors="replace"))
 
     def stats(self) -> dict[str, Any]:
-        with urllib.request.urlopen(self.base_url + "/sim/stats", timeout=10) as resp:
-            data: dict[str, Any] = json.load(resp)
+        resp = httpx.get(self.base_url + "/sim/stats", timeout=10, trust_env=False)
+        resp.raise_for_status()
+        data: dict[str, Any] = resp.json()
         return data
 
     def reset(self) -> None:
-        req = urllib.request.Request(self.base_url + "/sim/reset", data=b"", method="POST")
-        with urllib.request.urlopen(req, timeout=10):
-            pass
+        httpx.post(self.base_url + "/sim/reset", timeout=10, trust_env=False).raise_for_status()
 
     def __exit__(self, *exc: object) -> None:
         if self.proc is None:
