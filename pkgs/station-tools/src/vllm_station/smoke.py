@@ -293,21 +293,24 @@ def _tool_hint(tool_choice: str) -> str:
     return ""
 
 
+def _weather_request(tool_choice: str) -> dict[str, Any]:
+    """The get_weather request both tool checks send: the streamed one must repeat the plain one."""
+    return {
+        "tools": [WEATHER_TOOL],
+        "tool_choice": tool_choice,
+        "max_tokens": TOOL_MAX_TOKENS,
+        "temperature": 0,
+        "seed": SEED,
+    }
+
+
 def check_tool_call(
     api: ApiClient, model: str, tool_choice: str
 ) -> tuple[CheckResult, dict[str, Any] | None]:
     d = _details("tool_call")
     t0 = time.perf_counter()
     try:
-        res: ChatResult = api.chat(
-            model,
-            WEATHER_MESSAGES,
-            tools=[WEATHER_TOOL],
-            tool_choice=tool_choice,
-            max_tokens=TOOL_MAX_TOKENS,
-            temperature=0,
-            seed=SEED,
-        )
+        res: ChatResult = api.chat(model, WEATHER_MESSAGES, **_weather_request(tool_choice))
     except ApiError as err:
         return _fail_from_error("tool_call", err, t0), None
     log.debug("tool_call answer: %s", excerpt(json.dumps(res.raw), 400))
@@ -340,15 +343,7 @@ def check_tool_call_stream(
     t0 = time.perf_counter()
     try:
         res: StreamResult = collect_stream(
-            api.chat_stream(
-                model,
-                WEATHER_MESSAGES,
-                tools=[WEATHER_TOOL],
-                tool_choice=tool_choice,
-                max_tokens=TOOL_MAX_TOKENS,
-                temperature=0,
-                seed=SEED,
-            )
+            api.chat_stream(model, WEATHER_MESSAGES, **_weather_request(tool_choice))
         )
     except ApiError as err:
         return _fail_from_error("tool_call_stream", err, t0)
