@@ -97,30 +97,7 @@ let
   eq = what: actual: expected: lib.optional (actual != expected) "${what}: expected ${show expected}, got ${show actual}";
   ok = what: cond: lib.optional (!cond) what;
 
-  presetFlags = host: [
-    "nvidia/GLM-5.3-Flash-NVFP4"
-    "--served-model-name"
-    "glm-5.3-flash"
-    "--host"
-    host
-    "--port"
-    "8888"
-    "--max-model-len"
-    "1048576"
-    "--max-num-seqs"
-    "256"
-    "--gpu-memory-utilization"
-    "0.94"
-    "--kv-cache-dtype"
-    "fp8"
-    "--enable-chunked-prefill"
-    "--enable-prefix-caching"
-    "--enable-auto-tool-choice"
-    "--tool-call-parser"
-    "glm47"
-    "--reasoning-parser"
-    "glm45"
-  ];
+  presetFlags = import ../glm53-flash-flags.nix;
 
   # ---- the checks of one evaluated example: name -> [ problems ] ----
   flashChecks =

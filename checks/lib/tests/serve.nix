@@ -50,30 +50,7 @@ let
     );
   preflightJson = config: builtins.fromJSON config.environment.etc."vllm-station/preflight.json".text;
 
-  flashArgs = [
-    "nvidia/GLM-5.3-Flash-NVFP4"
-    "--served-model-name"
-    "glm-5.3-flash"
-    "--host"
-    "127.0.0.1"
-    "--port"
-    "8888"
-    "--max-model-len"
-    "1048576"
-    "--max-num-seqs"
-    "256"
-    "--gpu-memory-utilization"
-    "0.94"
-    "--kv-cache-dtype"
-    "fp8"
-    "--enable-chunked-prefill"
-    "--enable-prefix-caching"
-    "--enable-auto-tool-choice"
-    "--tool-call-parser"
-    "glm47"
-    "--reasoning-parser"
-    "glm45"
-  ];
+  flashArgs = import ../../glm53-flash-flags.nix "127.0.0.1";
 in
 {
   # ---- turning nothing on ----
