@@ -7,22 +7,8 @@ import json
 from typing import Any
 
 from vllm_station.api import ApiClient, collect_stream
+from vllm_station.smoke import WEATHER_TOOL  # the models must handle the very tool smoke sends
 
-WEATHER_TOOL: dict[str, Any] = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Get the current weather for a location",
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "location": {"type": "string", "description": "City name"},
-                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
-            },
-            "required": ["location"],
-        },
-    },
-}
 ASK_WEATHER = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
