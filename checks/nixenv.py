@@ -106,3 +106,26 @@ def flake_snapshot() -> Path:
         with tarfile.open(fileobj=buf, mode="r") as tar:
             tar.extractall(dest, filter="tar")
     return dest
+
+
+UNAVAILABLE = "<nix or the nixpkgs tree unavailable>"
+UNLISTABLE = "<test list did not evaluate>"
+
+
+def entry_names(entry: Path, args: list[str], var: str, marker_file: str) -> list[str]:
+    """The test names of a checks/ entry (`--argstr output names`), read at collection time.
+
+    Returns one placeholder name (UNAVAILABLE / UNLISTABLE) when Nix or the tree is missing or the list
+    does not evaluate, so the test then runs once and skips or fails with the reason.
+    """
+    tree = os.environ.get(var, "")
+    if nix_bin() is None or not tree or not (Path(tree) / marker_file).exists():
+        return [UNAVAILABLE]
+    proc = run_nix(
+        ["nix-instantiate", "--eval", "--strict", "--json", str(entry), *args, "--argstr", "output", "names"],
+        timeout=120,
+    )
+    if proc.returncode != 0:
+        return [UNLISTABLE]
+    names: list[str] = json.loads(proc.stdout)
+    return names

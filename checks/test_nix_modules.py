@@ -8,19 +8,24 @@ evaluated once per session.
 from __future__ import annotations
 
 import functools
-import json
 import os
 from typing import Any
 
 import pytest
-from nixenv import REPO, eval_json, nix_bin, require_nix, require_tree, run_nix
+from nixenv import (
+    REPO,
+    UNAVAILABLE,
+    UNLISTABLE,
+    entry_names,
+    eval_json,
+    require_nix,
+    require_tree,
+)
 
 ENTRY = REPO / "checks" / "lib"
 TREE_VAR = "NIXPKGS_LIB"
 TREE_MARKER = "lib/default.nix"
 WHAT = "module tests (checks/lib, lib.evalModules with option stubs)"
-UNAVAILABLE = "<nix or NIXPKGS_LIB unavailable>"
-UNLISTABLE = "<test list did not evaluate>"
 
 
 def _tree_args() -> list[str]:
@@ -28,27 +33,7 @@ def _tree_args() -> list[str]:
 
 
 def _names() -> list[str]:
-    tree = os.environ.get(TREE_VAR, "")
-    if nix_bin() is None or not tree or not os.path.exists(os.path.join(tree, TREE_MARKER)):
-        return [UNAVAILABLE]
-    proc = run_nix(
-        [
-            "nix-instantiate",
-            "--eval",
-            "--strict",
-            "--json",
-            str(ENTRY),
-            *_tree_args(),
-            "--argstr",
-            "output",
-            "names",
-        ],
-        timeout=120,
-    )
-    if proc.returncode != 0:
-        return [UNLISTABLE]
-    names: list[str] = json.loads(proc.stdout)
-    return names
+    return entry_names(ENTRY, _tree_args(), TREE_VAR, TREE_MARKER)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

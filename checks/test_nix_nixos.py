@@ -8,7 +8,6 @@ any system). The VM tests are only instantiated here (nothing builds offline); r
 from __future__ import annotations
 
 import functools
-import json
 import os
 import re
 import shutil
@@ -17,14 +16,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from nixenv import REPO, eval_json, nix_bin, require_nix, require_tree, run_nix
+from nixenv import (
+    REPO,
+    UNAVAILABLE,
+    UNLISTABLE,
+    entry_names,
+    eval_json,
+    require_nix,
+    require_tree,
+)
 
 NIXOS_ENTRY = REPO / "checks" / "nixos"
 VM_ENTRY = REPO / "checks" / "vm"
 TREE_VAR = "NIXOS_TREE"
 TREE_MARKER = "nixos/lib/eval-config.nix"
-UNAVAILABLE = "<nix or NIXOS_TREE unavailable>"
-UNLISTABLE = "<check list did not evaluate>"
 # The exposure `systemd-analyze security` may report for the example's units (0 best, 10 worst).
 MAX_EXPOSURE = {"flash-station/x86_64-linux": 2.5, "flash-station-native/x86_64-linux": 2.5}
 
@@ -33,25 +38,8 @@ def _tree_args() -> list[str]:
     return ["--argstr", "nixosTree", os.environ.get(TREE_VAR, "")]
 
 
-def _available() -> bool:
-    tree = os.environ.get(TREE_VAR, "")
-    return nix_bin() is not None and bool(tree) and os.path.exists(os.path.join(tree, TREE_MARKER))
-
-
 def _names() -> list[str]:
-    if not _available():
-        return [UNAVAILABLE]
-    proc = run_nix(
-        [
-            "nix-instantiate", "--eval", "--strict", "--json", str(NIXOS_ENTRY), *_tree_args(),
-            "--arg", "toplevel", "true", "--argstr", "output", "names",
-        ],
-        timeout=120,
-    )  # fmt: skip
-    if proc.returncode != 0:
-        return [UNLISTABLE]
-    names: list[str] = json.loads(proc.stdout)
-    return names
+    return entry_names(NIXOS_ENTRY, [*_tree_args(), "--arg", "toplevel", "true"], TREE_VAR, TREE_MARKER)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
