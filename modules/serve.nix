@@ -185,8 +185,9 @@ let
     (toString cfg.prestart.maxFilePagesGiB)
     "--settle-seconds"
     (toString cfg.prestart.settleSeconds)
+    # The runtime's absolute path: the unit's PATH (coreutils, findutils, grep, sed, systemd) lacks it.
     "--runtime"
-    (if isContainer then cfg.runtime else "none")
+    (if isContainer then runtimeExe else "none")
     "--container"
     name
     "--log-dir"
@@ -812,7 +813,7 @@ in
         revision = null;
         gpuNode = cfg.prestart.gpuNode;
         maxFilePagesGiB = cfg.prestart.maxFilePagesGiB;
-        runtime = if isContainer then cfg.runtime else null;
+        runtime = if isContainer then runtimeExe else null; # absolute: preflight runs with the unit's PATH
         image = if isContainer then cfg.image else null;
         paths = {
           state = stateDir;

@@ -17,40 +17,7 @@
   toplevel ? false,
 }:
 let
-  lib =
-    if nixosTree != "" then
-      import (nixosTree + "/lib")
-    else
-      throw "NIXOS_TREE unset: set NIXOS_TREE=/path/to/a/full/nixpkgs";
-  evalConfig = import (nixosTree + "/nixos/lib/eval-config.nix");
-
-  # Evaluation-only stand-ins (tests only, never in modules/): the offline tree lacks the Haskell
-  # package set, and writeShellApplication and friends ask for shellcheck while evaluating.
-  evaluationOnly = _final: prev: {
-    shellcheck = prev.coreutils;
-    shellcheck-minimal = prev.coreutils // {
-      compiler = prev.coreutils // {
-        meta.platforms = [ ];
-      };
-    };
-  };
-
-  # An example is { file; } or { modules = [ … ]; }, with optional `systems` (default: all).
-  evalExample =
-    example: system:
-    evalConfig {
-      inherit lib;
-      system = null;
-      modules = [ ../../modules ] ++ (example.modules or [ example.file ]) ++ [
-        {
-          nixpkgs.hostPlatform = system;
-          nixpkgs.overlays = [ evaluationOnly ];
-          # The offline tree has no doc/ (the NixOS manual): leave documentation out.
-          documentation.enable = false;
-          documentation.nixos.enable = false;
-        }
-      ];
-    };
+  inherit (import ./eval.nix { inherit nixosTree; }) lib evalExample;
 
   # ---- reading rendered units ----
   # "[Unit]\nA=1\n[Service]\nB=2" -> { Unit = [ "A=1" ]; Service = [ "B=2" ]; }
@@ -97,7 +64,9 @@ let
   eq = what: actual: expected: lib.optional (actual != expected) "${what}: expected ${show expected}, got ${show actual}";
   ok = what: cond: lib.optional (!cond) what;
 
-  presetFlags = import ../glm53-flash-flags.nix;
+  # The example serves its verified local copy: the preset's flags with that directory as the model.
+  flashModelDir = "/var/lib/vllm-station-models/glm53-flash";
+  presetFlags = host: [ flashModelDir ] ++ lib.tail (import ../glm53-flash-flags.nix host);
 
   # ---- the checks of one evaluated example: name -> [ problems ] ----
   flashChecks =
@@ -117,6 +86,7 @@ let
         lib.imap0 (i: a: lib.optional (a == "--env" && i + 1 < lib.length start) (builtins.elemAt start (i + 1))) start
       );
       station = builtins.unsafeDiscardStringContext (lib.getExe config.services.vllm-station.package);
+      docker = builtins.unsafeDiscardStringContext (lib.getExe' config.virtualisation.docker.package "docker");
       failedAssertions = map (a: a.message) (lib.filter (a: !a.assertion) config.assertions);
     in
     {
@@ -129,15 +99,19 @@ let
       restart-always =
         eq "Restart" (v "Restart") [ "always" ] ++ eq "RestartSec" (v "RestartSec") [ "60" ];
       prestart-privileged-every-start =
-        eq "ExecStartPre count (prestart, preflight)" (lib.length pre) 2
-        ++ ok "ExecStartPre starts with +: ${show pre}" (lib.all (lib.hasPrefix "+") pre)
-        ++ eq "prestart argv" (lib.take 2 (argv (builtins.head pre))) [
+        let
+          prestart = argv (builtins.elemAt pre 1);
+        in
+        eq "ExecStartPre count (stamp gate, prestart, preflight)" (lib.length pre) 3
+        ++ ok "stamp gate first: ${show pre}" (lib.hasInfix "vllm-station-require-stamp" (builtins.head pre))
+        ++ ok "prestart and preflight start with +: ${show pre}" (lib.all (lib.hasPrefix "+") (lib.tail pre))
+        ++ eq "prestart argv" (lib.take 2 prestart) [
           station
           "prestart"
         ]
-        ++ eq "prestart --gpu-node" (flagValue "--gpu-node" (argv (builtins.head pre))) "1"
-        ++ eq "prestart --runtime" (flagValue "--runtime" (argv (builtins.head pre))) "docker"
-        ++ eq "prestart --log-dir" (flagValue "--log-dir" (argv (builtins.head pre))) "/var/log/vllm-station";
+        ++ eq "prestart --gpu-node" (flagValue "--gpu-node" prestart) "1"
+        ++ eq "prestart --runtime: the runtime's absolute path (the unit's PATH lacks it)" (flagValue "--runtime" prestart) docker
+        ++ eq "prestart --log-dir" (flagValue "--log-dir" prestart) "/var/log/vllm-station";
       preflight-gate = eq "preflight argv" (argv (lib.last pre)) [
         station
         "preflight"
@@ -198,7 +172,7 @@ let
         );
       preflight-json =
         let
-          json = builtins.fromJSON config.environment.etc."vllm-station/preflight.json".text;
+          json = builtins.fromJSON (builtins.unsafeDiscardStringContext config.environment.etc."vllm-station/preflight.json".text);
         in
         eq "preflight.json" {
           inherit (json)
@@ -213,12 +187,12 @@ let
             ;
         } {
           port = 8888;
-          model = "nvidia/GLM-5.3-Flash-NVFP4";
+          model = flashModelDir;
           gpuNode = 1;
           maxFilePagesGiB = 4;
           gpuMemoryUtilization = 0.94;
           maxModelLen = 1048576;
-          runtime = "docker";
+          runtime = docker;
           pair = null;
         };
     }
@@ -252,7 +226,7 @@ let
         ++ ok "engine-ready timeout" (lib.elem ''Environment="VLLM_ENGINE_READY_TIMEOUT_S=900"'' service);
       no-container-runtime =
         eq "docker" config.virtualisation.docker.enable false
-        ++ eq "prestart --runtime" (flagValue "--runtime" (argv (builtins.head (v "ExecStartPre")))) "none";
+        ++ eq "prestart --runtime" (flagValue "--runtime" (argv (builtins.elemAt (v "ExecStartPre") 1))) "none";
     };
 
   examples = {
@@ -286,7 +260,7 @@ let
     name:
     map (system: {
       name = "${name}/${system}";
-      config = (evalExample examples.${name} system).config;
+      config = (evalExample (examples.${name}.modules or [ examples.${name}.file ]) system).config;
       inherit (examples.${name}) checks;
     }) (lib.intersectLists (examples.${name}.systems or systems) systems)
   ) (lib.attrNames examples);

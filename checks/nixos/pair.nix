@@ -241,7 +241,7 @@ let
 
       preflight-json =
         let
-          json = builtins.fromJSON config.environment.etc."vllm-station/preflight.json".text;
+          json = builtins.fromJSON (builtins.unsafeDiscardStringContext config.environment.etc."vllm-station/preflight.json".text);
         in
         eq "preflight pair" json.pair {
           inherit role;

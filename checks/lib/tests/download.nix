@@ -211,7 +211,7 @@ in
     ++ h.ok "checks the revision" (lib.hasInfix rev script.text)
     ++ h.ok "clear message" (lib.hasInfix "refusing to start: the checkpoint in ${dir} is not verified" script.text)
     ++ h.ok "names the fix" (lib.hasInfix "start vllm-station-download-glm53.service" script.text)
-    ++ h.eq "preflight revision" (builtins.fromJSON config.environment.etc."vllm-station/preflight.json".text).revision rev
+    ++ h.eq "preflight revision" (builtins.fromJSON (builtins.unsafeDiscardStringContext config.environment.etc."vllm-station/preflight.json".text)).revision rev
   );
 
   serving-local-model-without-download-unit = h.check [

@@ -312,7 +312,7 @@ in
   preflight-settings = h.check [ worker ] (
     config:
     let
-      p = (builtins.fromJSON config.environment.etc."vllm-station/preflight.json".text).pair;
+      p = (builtins.fromJSON (builtins.unsafeDiscardStringContext config.environment.etc."vllm-station/preflight.json".text)).pair;
     in
     h.eq "preflight pair" p {
       role = "worker";

@@ -48,7 +48,7 @@ let
     lib.concatLists (
       lib.imap0 (i: a: lib.optional (a == "--env" && i + 1 < lib.length argv) (builtins.elemAt argv (i + 1))) argv
     );
-  preflightJson = config: builtins.fromJSON config.environment.etc."vllm-station/preflight.json".text;
+  preflightJson = config: builtins.fromJSON (builtins.unsafeDiscardStringContext config.environment.etc."vllm-station/preflight.json".text);
 
   flashArgs = import ../../glm53-flash-flags.nix "127.0.0.1";
 in
@@ -120,7 +120,7 @@ in
       "--settle-seconds"
       "2"
       "--runtime"
-      "docker"
+      "${h.fake.docker}/bin/docker" # absolute: the unit's PATH lacks the runtime
       "--container"
       "vllm-station"
       "--log-dir"
@@ -394,7 +394,7 @@ in
       maxModelLen = 1048576;
       maxNumSeqs = 256;
       kvCacheDtype = "fp8";
-      runtime = "docker";
+      runtime = "${h.fake.docker}/bin/docker";
       image = h.image;
       paths = {
         state = "/var/lib/vllm-station";
@@ -473,7 +473,8 @@ in
     ++ h.contains "conmon stays in the unit" (start config) "--cgroups=no-conmon"
     ++ h.eq "podman enabled" config.virtualisation.podman.enable true
     ++ h.eq "docker not enabled" (config.virtualisation.docker.enable or false) false
-    ++ h.eq "prestart --runtime" (flagValue "--runtime" (prestart config)) "podman"
+    ++ h.eq "prestart --runtime" (flagValue "--runtime" (prestart config)) "${h.fake.podman}/bin/podman"
+    ++ h.eq "preflight runtime" (preflightJson config).runtime "${h.fake.podman}/bin/podman"
     ++ h.eq "no inherited syscall filter" s.SystemCallFilter [ ]
     ++ h.eq "no docker dependency" ((h.unit config).requires or [ ]) [ ]
   );

@@ -169,6 +169,32 @@ def test_saves_logs_then_removes_container(
     assert not list(logs.glob("*.partial"))
 
 
+def test_runtime_by_absolute_path_with_an_empty_path(
+    gb300: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A unit's PATH holds coreutils & co., not the runtime: the module renders its absolute path."""
+    script, state = write_fake_runtime(tmp_path / "runtime")
+    monkeypatch.delenv("STATION_RUNTIME_CMD", raising=False)
+    monkeypatch.setenv("FAKE_RUNTIME_STATE", str(state))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    docker = tmp_path / "store" / "bin" / "docker"
+    docker.parent.mkdir(parents=True)
+    docker.symlink_to(script)
+    add_container(state, "vllm-station", stdout=b"INFO engine started\n")
+    logs = tmp_path / "logs"
+    rc = prestart(gb300, "--settle-seconds", "0", "--runtime", str(docker), "--log-dir", str(logs), "--json")
+    assert rc == 0, capsys.readouterr().err
+    report = json.loads(capsys.readouterr().out)
+    assert "INFO engine started" in Path(report["logs"]["saved"]).read_text()
+    assert (state / "calls.log").read_text().splitlines() == ["logs vllm-station", "rm -f vllm-station"]
+
+
+@pytest.mark.parametrize("runtime_arg", ["lxc", "relative/docker", "/usr/bin/runc"])
+def test_runtime_must_be_docker_or_podman(gb300: Path, runtime_arg: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert prestart(gb300, "--settle-seconds", "0", "--runtime", runtime_arg) == 2
+    assert "docker, podman or an absolute path" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("flavor", ["docker", "podman"])
 def test_no_previous_container_is_fine(
     gb300: Path,

@@ -84,7 +84,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--no-drop", action="store_true", help="do not write drop_caches (read only)")
     parser.add_argument("--root", type=Path, default=Path("/"), help="filesystem root for /sys and /proc")
-    parser.add_argument("--runtime", choices=["docker", "podman", "none"], default="none")
+    parser.add_argument(
+        "--runtime",
+        default="none",
+        help="docker, podman, an absolute path to one of them, or none (native backend; default)",
+    )
     parser.add_argument("--container", default="vllm-station", help="container whose logs are kept")
     parser.add_argument("--log-dir", type=Path, default=Path("/var/log/vllm-station"))
     parser.add_argument("--keep-logs", type=int, default=20, help="saved container logs to keep (default 20)")
@@ -100,6 +104,8 @@ def options_from_args(args: argparse.Namespace) -> PrestartOptions:
         raise UsageError(f"--settle-seconds must be >= 0, got {args.settle_seconds}")
     if args.keep_logs < 1:
         raise UsageError(f"--keep-logs must be >= 1, got {args.keep_logs}")
+    if args.runtime != "none":
+        rt.runtime_name(args.runtime)  # a usage error names the accepted values
     if args.runtime != "none" and not args.container:
         raise UsageError("--container must not be empty")
     return PrestartOptions(

@@ -1,6 +1,8 @@
 """The container runtime (docker or podman) as a command line: logs, remove, image inspect.
 
-`STATION_RUNTIME_CMD` overrides the runtime command (a path, or a command line split like a shell
+A runtime is named `docker` / `podman` (looked up on PATH) or given as an absolute path to one of them
+(what the NixOS module renders: a unit's PATH need not hold the runtime). `STATION_RUNTIME_CMD` overrides
+the runtime command (a path, or a command line split like a shell
 would). "No such container/image" is an answer, not an error; anything else the runtime says with a
 non-zero exit is a `RuntimeCommandError` that quotes it.
 """
@@ -17,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from vllm_station.errors import StationError
+from vllm_station.errors import StationError, UsageError
 
 RUNTIMES = ("docker", "podman")
 ENV_OVERRIDE = "STATION_RUNTIME_CMD"
@@ -62,11 +64,22 @@ class Runtime:
             ) from err
 
 
-def resolve_runtime(name: str, env: Mapping[str, str] | None = None, timeout_s: float = 60.0) -> Runtime:
-    """`docker` / `podman` (or `STATION_RUNTIME_CMD` when set) as a `Runtime`."""
+def runtime_name(spec: str) -> str:
+    """`docker`, `podman`, or an absolute path to either -> `docker` / `podman`; anything else is a usage error."""
+    name = Path(spec).name if os.sep in spec else spec
+    if name not in RUNTIMES or (os.sep in spec and not spec.startswith(os.sep)):
+        raise UsageError(
+            f"container runtime must be docker, podman or an absolute path to one of them, got {spec!r}"
+        )
+    return name
+
+
+def resolve_runtime(spec: str, env: Mapping[str, str] | None = None, timeout_s: float = 60.0) -> Runtime:
+    """`docker` / `podman` / `/abs/path/to/docker` (or `STATION_RUNTIME_CMD` when set) as a `Runtime`."""
+    name = runtime_name(spec)
     env = os.environ if env is None else env
     override = env.get(ENV_OVERRIDE, "").strip()
-    argv = tuple(shlex.split(override)) if override else (name,)
+    argv = tuple(shlex.split(override)) if override else (spec,)
     return Runtime(name=name, argv=argv, timeout_s=timeout_s)
 
 

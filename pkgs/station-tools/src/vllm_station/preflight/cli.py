@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vllm_station.errors import UsageError
+from vllm_station.host import container as rt
 from vllm_station.preflight.core import (
     CheckResult,
     Context,
@@ -39,7 +40,7 @@ _OVERRIDES: tuple[tuple[str, str, type, str], ...] = (
     ("--max-model-len", "max_model_len", int, "vLLM's --max-model-len"),
     ("--max-num-seqs", "max_num_seqs", int, "vLLM's --max-num-seqs"),
     ("--kv-cache-dtype", "kv_cache_dtype", str, "vLLM's --kv-cache-dtype"),
-    ("--runtime", "runtime", str, "docker or podman (image check)"),
+    ("--runtime", "runtime", str, "docker, podman or an absolute path to one (image check)"),
     ("--image", "image", str, "pinned image name@sha256:…"),
 )
 
@@ -81,8 +82,8 @@ def build_config(args: argparse.Namespace) -> PreflightConfig:
         raise UsageError(f"gpuMemoryUtilization must be in (0, 1], got {config.gpu_memory_utilization}")
     if config.max_model_len <= 0 or config.max_num_seqs <= 0:
         raise UsageError("maxModelLen and maxNumSeqs must be positive")
-    if config.runtime not in (None, "docker", "podman"):
-        raise UsageError(f"runtime must be docker, podman or null, got {config.runtime!r}")
+    if config.runtime is not None:
+        rt.runtime_name(config.runtime)  # docker, podman or an absolute path to one: a usage error otherwise
     return config
 
 
