@@ -49,10 +49,16 @@ def require_nix() -> Path:
     return d
 
 
+# Where developers fetch each tree (README, Tests); scripts/check sets the variable when it is there.
+TREE_DIRS = {"NIXPKGS_LIB": "nixpkgs-lib", "NIXOS_TREE": "nixos"}
+
+
 def require_tree(var: str, marker_file: str, what: str) -> Path:
     value = os.environ.get(var)
     if not value:
-        pytest.skip(f"{var} unset: {what} skipped; set {var}=/path/to/tree (see ../shared/notes/nix-offline.md)")
+        where = CACHE / "trees" / TREE_DIRS.get(var, var.lower())
+        pytest.skip(f"{var} unset: {what} skipped; fetch the tree to {where} (scripts/check finds it there) "
+                    f"or set {var}=/path/to/tree")
     path = Path(value)
     if not (path / marker_file).exists():
         pytest.skip(f"{var}={value} has no {marker_file}: {what} skipped")

@@ -35,12 +35,14 @@ python3Packages.buildPythonApplication {
     nvidia-ml-py
   ];
 
-  # safetensors is a test-only dependency (tests write real checkpoints with it); `station verify`
-  # reads the documented header format itself, which keeps torch out of this closure.
+  # The tests write and read real checkpoints with safetensors' numpy API (hence numpy). Both are
+  # check-only: `station verify` parses the documented header format itself, so the runtime closure
+  # holds neither (nor anything safetensors' own tests pull in, such as torch).
   nativeCheckInputs = with python3Packages; [
     numpy
     pytestCheckHook
     pytest-timeout
+    safetensors
   ];
 
   # Pin libnuma so `station numa-exec`/`download` do not depend on the host's loader path.
@@ -49,9 +51,11 @@ python3Packages.buildPythonApplication {
     "STATION_LIBNUMA"
     "${lib.getLib numactl}/lib/libnuma.so.1"
   ];
+  # tests/test_prestart.py runs the installed (wrapped) `station` console script
   preCheck = ''
     export STATION_LIBNUMA=${lib.getLib numactl}/lib/libnuma.so.1
     export HOME=$TMPDIR
+    export PATH=$out/bin:$PATH
   '';
 
   pythonImportsCheck = [ "vllm_station" ];

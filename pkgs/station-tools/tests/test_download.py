@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -284,6 +285,8 @@ def test_unauthorized_401(hub: FakeHub, tmp_path: Path) -> None:
 
 @pytest.fixture
 def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
+    if shutil.which("mount") is None:  # the Nix build's PATH has no util-linux
+        pytest.skip("mount(8) missing: the disk-full test mounts a 24 MiB tmpfs (install util-linux)")
     mnt = tmp_path / "small"
     mnt.mkdir()
     r = subprocess.run(

@@ -162,10 +162,11 @@ def test_real_listener_found_with_its_owner() -> None:
 
 
 def test_nvml_absent_here_raises_unavailable() -> None:
-    """No NVIDIA driver on this machine: the reader says why instead of crashing."""
+    """No NVIDIA driver on this machine: the reader says why instead of crashing. nvidia-ml-py is a
+    dependency, so the reason must be NVML itself; a missing module fails here."""
     if Path("/dev/nvidiactl").exists():
         pytest.skip("this machine has an NVIDIA driver; the absent path is for GPU-less hosts")
-    with pytest.raises(NvmlUnavailable, match=r"NVML|nvidia-ml-py"):
+    with pytest.raises(NvmlUnavailable, match=r"NVML could not start"):
         read_nvml()
 
 

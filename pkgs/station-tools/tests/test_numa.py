@@ -14,6 +14,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import cffi  # noqa: F401 - a dependency: without it every test below would skip, blaming libnuma
 import pytest
 
 from vllm_station.errors import UsageError

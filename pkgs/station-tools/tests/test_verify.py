@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import struct
 import subprocess
 import sys
@@ -242,6 +243,12 @@ def test_unreadable_shard_is_a_directory(ckpt: Path) -> None:
     assert_refused(verify_cli(ckpt), ckpt, SHARD2, "not a regular file")
 
 
+def reachable_by_others(d: Path) -> bool:
+    """`d` and every directory above it let other users through."""
+    d = d.resolve()
+    return d.is_dir() and all(p.stat().st_mode & stat.S_IXOTH for p in (d, *d.parents))
+
+
 def test_unreadable_shard_for_an_unprivileged_user(ckpt: Path, request: pytest.FixtureRequest) -> None:
     """chmod 000 means nothing to root: run verify as `nobody` so the permission check is real."""
     if os.geteuid() != 0:
@@ -254,8 +261,11 @@ def test_unreadable_shard_for_an_unprivileged_user(ckpt: Path, request: pytest.F
             nobody = pwd.getpwnam("nobody")
         except KeyError:
             pytest.skip("no 'nobody' user to drop privileges to")
-        # a directory nobody can reach (pytest's own tmp root is private to root)
-        base = Path(tempfile.mkdtemp(prefix="station-verify-nobody-"))
+        # a directory nobody can reach (pytest's own tmp root is private to root, and so may $TMPDIR be)
+        reachable = [d for d in (tempfile.gettempdir(), "/tmp", "/var/tmp") if reachable_by_others(Path(d))]
+        if not reachable:
+            pytest.skip("no temporary directory that 'nobody' can reach ($TMPDIR, /tmp, /var/tmp)")
+        base = Path(tempfile.mkdtemp(prefix="station-verify-nobody-", dir=reachable[0]))
         os.chmod(base, 0o755)
         request.addfinalizer(lambda: shutil.rmtree(base, ignore_errors=True))
         ckpt = Path(shutil.copytree(ckpt, base / "ckpt"))
