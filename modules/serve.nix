@@ -231,10 +231,18 @@ let
     # Finish (with wait-ready's own reason) before systemd's TimeoutStartSec kills the start.
     (toString (cfg.startTimeout - 60))
   ];
-  # `%d` is systemd's credentials-directory specifier and must stay unescaped.
+  # `+`: privileged, reading the key from `apiKeyFile` itself. Not `%d/api-key`: under systemd 252 a
+  # sandboxed ExecStartPost= is refused the credentials directory that the main process reads (EACCES,
+  # found by the system tier); the probe is our own HTTP client and needs no sandbox of its own.
   waitReadyCommand =
-    utils.escapeSystemdExecArgs waitReadyArgs
-    + optionalString (cfg.apiKeyFile != null) " --api-key-file %d/api-key";
+    "+"
+    + utils.escapeSystemdExecArgs (
+      waitReadyArgs
+      ++ optionals (cfg.apiKeyFile != null) [
+        "--api-key-file"
+        cfg.apiKeyFile
+      ]
+    );
 
   # ---- hardening (after nixpkgs' ollama.nix); every relaxation says why ----
   hardening = {

@@ -1,6 +1,6 @@
 """pytest plugin: group results into the project's test tiers and write a per-tier summary.
 
-Tiers come from markers: realvllm, nix_parse, nix_flake, nix_lib, nix_nixos, nix_vm; anything else
+Tiers come from markers: realvllm, nix_parse, nix_flake, nix_lib, nix_nixos, nix_vm, build_env, system; anything else
 is `unit`. `scripts/check` loads it with `-p pytest_tiers` and reads the JSON written to
 `--tiers-json` to print one PASS / SKIP / FAIL line per tier.
 """
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-TIER_MARKERS = ("realvllm", "nix_parse", "nix_flake", "nix_lib", "nix_nixos", "nix_vm")
+TIER_MARKERS = ("realvllm", "nix_parse", "nix_flake", "nix_lib", "nix_nixos", "nix_vm", "build_env", "system")
 TIER_NAMES = {
     "unit": "python unit + in-process servers",
     "realvllm": "python against real vLLM (CPU)",
@@ -23,6 +23,8 @@ TIER_NAMES = {
     "nix_lib": "nix: module tests (nixpkgs lib)",
     "nix_nixos": "nix: full NixOS evaluations",
     "nix_vm": "nix: VM tests (instantiate)",
+    "build_env": "build-env: the package as Nix builds it",
+    "system": "system: rendered units under real systemd",
 }
 
 _results: dict[str, dict[str, Any]] = defaultdict(

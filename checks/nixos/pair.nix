@@ -140,7 +140,7 @@ let
             )
             ++ ok "the head waits for at most 300 s" (lib.hasInfix "+ 300" scripts.waitForWorker.text)
             ++ eq "the head's gates after start: wait-ready, nccl-check" (
-              map (l: lib.take 2 (argv (lib.removeSuffix " --api-key-file %d/api-key" l))) (sv "ExecStartPost")
+              map (l: lib.take 2 (argv (lib.removeSuffix " \"--api-key-file\" \"/run/secrets/vllm-api-key\"" l))) (sv "ExecStartPost")
             ) [
               [
                 station

@@ -32,7 +32,7 @@ let
     if idx == null then [ "<image not in ExecStart>" ] else lib.drop (idx + 1) argv;
   waitReady =
     config:
-    h.argv (lib.removeSuffix " --api-key-file %d/api-key" (builtins.head (sc config).ExecStartPost));
+    h.argv (lib.removeSuffix " \"--api-key-file\" \"/run/secrets/vllm-api-key\"" (builtins.head (sc config).ExecStartPost));
   prestart = config: h.argv (builtins.head (sc config).ExecStartPre);
   flagValue =
     flag: argv:
@@ -295,7 +295,10 @@ in
     ++ h.eq "wrapper first" (builtins.head argv) "/nix/store/00000000000000000000000000000000-vllm-station-api-key"
     ++ h.contains "key forwarded by name only" argv "VLLM_API_KEY"
     ++ h.ok "key file path not in ExecStart" (!lib.hasInfix "/run/secrets" s.ExecStart)
-    ++ h.ok "wait-ready reads the credential" (lib.hasSuffix " --api-key-file %d/api-key" (builtins.head s.ExecStartPost))
+    ++ h.ok "wait-ready reads the key file, privileged (+)" (
+      lib.hasPrefix "+" (builtins.head s.ExecStartPost)
+      && lib.hasSuffix ''"--api-key-file" "/run/secrets/vllm-api-key"'' (builtins.head s.ExecStartPost)
+    )
   );
 
   environment-and-file = h.check (with' {

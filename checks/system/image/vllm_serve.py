@@ -1,0 +1,63 @@
+"""The test image's entrypoint: `vllm serve`'s command line, served by `station simulate`.
+
+The system tier runs the unit exactly as NixOS renders it, so this entrypoint receives the real vLLM
+arguments (model first, then the flags). It prints them (the tests compare them with the rendered
+unit), serves the OpenAI API with `station simulate` on the same host/port/served name, requires
+VLLM_API_KEY when the unit hands one over, and prints the file /var/lib/vllm-station/engine.log when
+a test put one there (e.g. an NCCL transport excerpt for `station nccl-check`). SIGTERM: exit 0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from vllm_station import simulate
+
+EXTRA_LOG = Path("/var/lib/vllm-station/engine.log")
+
+
+def flag(args: list[str], name: str, default: str) -> str:
+    for i, a in enumerate(args):
+        if a == name and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith(name + "="):
+            return a.split("=", 1)[1]
+    return default
+
+
+def main(argv: list[str]) -> int:
+    print("vllm-serve-args " + json.dumps(argv), flush=True)
+    if EXTRA_LOG.is_file():
+        print(EXTRA_LOG.read_text(), end="", flush=True)
+    if "--headless" in argv:
+        print("headless worker: no API", flush=True)
+        sim_args = ["--host", "127.0.0.1", "--port", "0"]
+    else:
+        model = argv[0] if argv and not argv[0].startswith("-") else "model"
+        sim_args = [
+            "--host",
+            flag(argv, "--host", "0.0.0.0"),
+            "--port",
+            flag(argv, "--port", "8000"),
+            "--model",
+            flag(argv, "--served-model-name", model),
+            "--ttft",
+            "0.01",
+            "--itl",
+            "0.002",
+        ]
+    key = os.environ.get("VLLM_API_KEY")
+    if key:
+        fd, name = tempfile.mkstemp()
+        os.write(fd, key.encode())
+        os.close(fd)
+        sim_args += ["--api-key-file", name]
+    return simulate.main(sim_args)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,246 @@
+"""A real systemd (252, Debian's) booted as PID 1 of a systemd-nspawn container over a volatile root.
+
+`--volatile=yes` gives the machine this host's /usr read-only and a fresh tmpfs for everything else, so
+every boot starts clean. Binds: the mapped store (read-only at /nix/store), the repo and the Python the
+dev venv uses (read-only, for the `station` entry points), and an exchange directory. The machine shares
+the host's network (loopback only is used). Its memory is capped through a cgroup-v1 memory group.
+Commands run inside with `nsenter` into the container's PID 1 namespaces.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MEMORY_CGROUP = Path("/sys/fs/cgroup/memory")
+
+
+class MachineError(AssertionError):
+    pass
+
+
+@dataclass
+class Machine:
+    name: str
+    work: Path
+    binds_ro: list[tuple[Path, str]] = field(default_factory=list)
+    binds: list[tuple[Path, str]] = field(default_factory=list)
+    options: list[str] = field(default_factory=list)  # more systemd-nspawn options
+    kernel_args: list[str] = field(
+        default_factory=list
+    )  # more arguments for the machine's systemd
+    memory_bytes: int = 8 << 30
+    cgroups: list[str] = field(
+        default_factory=list
+    )  # cgroups made in the machine (dockerd's parent): removed at stop
+    proc: subprocess.Popen[bytes] | None = None
+    leader: int = 0
+    boot_seconds: float = 0.0
+
+    def start(self, timeout: float = 120) -> None:
+        self.work.mkdir(parents=True, exist_ok=True)
+        args = [
+            "systemd-nspawn",
+            "--register=no",
+            "--keep-unit",
+            "-q",
+            "-D",
+            "/",
+            "--volatile=yes",
+            f"--machine={self.name}",
+            # crun/runc create a session keyring; nspawn's default seccomp filter refuses it
+            "--system-call-filter=@keyring",
+            "--tmpfs=/var/tmp",
+        ]
+        args += [f"--bind-ro={src}:{dest}" for src, dest in self.binds_ro]
+        args += [f"--bind={src}:{dest}" for src, dest in self.binds]
+        args += self.options
+        # basic.target: none of the host's own services (the tests start the units they need)
+        args += [
+            "-b",
+            "systemd.firstboot=off",
+            "systemd.unit=basic.target",
+            *self.kernel_args,
+        ]
+        log = (self.work / "console.log").open("wb")
+        started = time.monotonic()
+        group = self._memory_group()
+        if (
+            group is not None
+        ):  # enter the memory group before exec, so every process of the machine is in it
+            args = [
+                "sh",
+                "-c",
+                f'echo $$ > {group}/cgroup.procs && exec "$@"',
+                "sh",
+                *args,
+            ]
+        self.proc = subprocess.Popen(
+            args,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = started + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise MachineError(
+                    f"systemd-nspawn exited {self.proc.returncode}: {self.console()[-2000:]}"
+                )
+            if not self.leader:
+                self.leader = self._find_leader()
+            if self.leader:
+                state = self.run(
+                    ["systemctl", "is-system-running"], check=False, timeout=10
+                ).stdout.strip()
+                if state in ("running", "degraded"):
+                    self.boot_seconds = time.monotonic() - started
+                    return
+            time.sleep(0.5)
+        self.stop()
+        raise MachineError(
+            f"{self.name} did not boot within {timeout:.0f} s: {self.console()[-2000:]}"
+        )
+
+    def _memory_group(self) -> Path | None:
+        group = MEMORY_CGROUP / f"station-system-{self.name}"
+        try:
+            group.mkdir(exist_ok=True)
+            (group / "memory.limit_in_bytes").write_text(str(self.memory_bytes))
+        except OSError as err:
+            print(
+                f"no memory cgroup ({err}): the machine runs without a memory cap",
+                file=sys.stderr,
+            )
+            return None
+        return group
+
+    def _find_leader(self) -> int:
+        assert self.proc is not None
+        try:
+            children = (
+                Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children")
+                .read_text()
+                .split()
+            )
+        except OSError:
+            return 0
+        return int(children[0]) if children else 0
+
+    def console(self) -> str:
+        try:
+            return (self.work / "console.log").read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def run(
+        self,
+        argv: list[str],
+        *,
+        check: bool = True,
+        timeout: float = 60,
+        input: str | None = None,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run a command inside the machine (all its namespaces), as root."""
+        if not self.leader:
+            raise MachineError("machine not started")
+        proc = subprocess.run(
+            ["nsenter", "-t", str(self.leader), "-a", "--", *argv],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            input=input,
+            check=False,
+            env={
+                "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                "LANG": "C.UTF-8",
+            },
+        )
+        if check and proc.returncode != 0:
+            raise MachineError(
+                f"in {self.name}: {shlex.join(argv)} exited {proc.returncode}\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
+            )
+        return proc
+
+    def write(self, path: str, text: str, mode: int = 0o644) -> None:
+        self.run(["install", "-D", "-m", f"{mode:o}", "/dev/stdin", path], input=text)
+
+    def systemctl(self, *args: str, check: bool = True, timeout: float = 60) -> str:
+        return self.run(
+            ["systemctl", *args], check=check, timeout=timeout
+        ).stdout.strip()
+
+    def show(self, unit: str, *props: str) -> dict[str, str]:
+        out = self.systemctl("show", unit, *(f"-p{p}" for p in props))
+        return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+    def journal(self, unit: str) -> str:
+        return self.run(
+            ["journalctl", "-u", unit, "--no-pager", "-o", "cat"], check=False
+        ).stdout
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            if self.leader:
+                # a clean poweroff stops every unit (and their containers); then nspawn exits
+                subprocess.run(["kill", "-RTMIN+4", str(self.leader)], check=False)
+                try:
+                    self.proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    pass
+            if self.proc.poll() is None:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+        group = MEMORY_CGROUP / f"station-system-{self.name}"
+        # whatever outlived nspawn (an orphaned PID 1, a container's processes) goes with its group
+        for _ in range(20):
+            try:
+                pids = (group / "cgroup.procs").read_text().split()
+            except OSError:
+                break
+            if not pids:
+                break
+            for pid in pids:
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.2)
+        leftovers = [
+            group,
+            *(
+                c / name
+                for c in Path("/sys/fs/cgroup").iterdir()
+                for name in self.cgroups
+            ),
+        ]
+        for tree in leftovers:
+            _remove_cgroup_tree(tree)
+
+
+def _remove_cgroup_tree(root: Path) -> None:
+    """rmdir a cgroup-v1 directory and its children, deepest first (each must be empty of processes)."""
+    if not root.is_dir():
+        return
+    for d in sorted(
+        (p for p in root.rglob("*") if p.is_dir()),
+        key=lambda p: len(p.parts),
+        reverse=True,
+    ):
+        try:
+            d.rmdir()
+        except OSError as err:
+            print(f"could not remove {d}: {err}", file=sys.stderr)
+    try:
+        root.rmdir()
+    except OSError as err:
+        print(f"could not remove {root}: {err}", file=sys.stderr)

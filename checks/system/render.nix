@@ -1,0 +1,91 @@
+# The system tier's input: what NixOS renders for one example station, as plain data, so that a real
+# systemd can run it (checks/test_system.py). Builds nothing.
+#
+#   nix-instantiate --eval --strict --json checks/system/render.nix \
+#     --argstr nixosTree "$NIXOS_TREE" --argstr example flash-station --argstr image REF@sha256:… \
+#     [--argstr hubEndpoint http://127.0.0.1:P] [--argstr memlock BYTES]
+#
+# The example is evaluated as it is, plus the test-only definitions below (each says why).
+# Evaluate with --read-write-mode: the harness reads the derivations the texts name (`nix derivation show`).
+#
+# Result:
+#   units    { "<unit name>" = text; }      every unit the project's modules own (vllm-station*)
+#   etc      { "<path under /etc>" = text; } the files those units read (vllm-station/*)
+#   users    [ { name; group; uid?; isSystemUser; } ] the accounts the units run as
+#   groups   [ name ]
+#   tmpfiles [ "d /path mode user group -" ]  the project's tmpfiles.d lines
+#   drvs     [ "/nix/store/….drv" ]          the derivations the texts refer to (their string context):
+#                                            the harness maps each output to what it holds
+{
+  nixosTree ? builtins.getEnv "NIXOS_TREE",
+  example,
+  system ? builtins.currentSystem,
+  image,
+  hubEndpoint ? "",
+  memlock ? "",
+}:
+let
+  inherit (import ../nixos/eval.nix { inherit nixosTree; }) lib evalExample;
+  file = ../examples + "/${example}.nix";
+
+  # ---- test-only definitions: the only differences from the example, each with its reason ----
+  testOnly =
+    { lib, ... }:
+    {
+      services.vllm-station.serve = {
+        # The CDI device (`--device nvidia.com/gpu=all`) needs a GPU and NVIDIA's container toolkit.
+        gpuDevices = lib.mkForce [ ];
+        # The test image (station simulate behind `vllm serve`'s arguments), by digest, in the local registry.
+        image = lib.mkForce image;
+      };
+    };
+  # Read from a first evaluation, so the second can rewrite single values without recursion.
+  first = (evalExample [ file testOnly ] system).config;
+  environmentOnly = lib.mkMerge [
+    # This sandbox has no CAP_SYS_RESOURCE: memlock cannot be raised above its hard limit (`memlock`).
+    (lib.mkIf (memlock != "") {
+      systemd.services.vllm-station.serviceConfig.LimitMEMLOCK = lib.mkForce memlock;
+      services.vllm-station.serve.containerOptions = lib.mkForce (
+        map (
+          o: if lib.hasPrefix "--ulimit=memlock=" o then "--ulimit=memlock=${memlock}:${memlock}" else o
+        ) first.services.vllm-station.serve.containerOptions
+      );
+    })
+    # Where the test's hub listens (downloads go to a local fake of the Hugging Face Hub API).
+    (lib.mkIf (hubEndpoint != "") {
+      services.vllm-station.download.models = lib.mapAttrs (_: _: {
+        environment.HF_ENDPOINT = hubEndpoint;
+      }) first.services.vllm-station.download.models;
+    })
+  ];
+  config = (evalExample [ file testOnly { config = environmentOnly; } ] system).config;
+
+  ours = name: lib.hasPrefix "vllm-station" name;
+  units = lib.mapAttrs (_: u: u.text) (
+    lib.filterAttrs (name: u: ours name && u.enable && u ? text) config.systemd.units
+  );
+  etcEntries = lib.filterAttrs (name: e: ours name && e.enable) config.environment.etc;
+  etc = lib.mapAttrs (
+    name: e:
+    if e.text != null then e.text else throw "environment.etc.${name} has no text (a source file): not supported"
+  ) etcEntries;
+  failed = map (a: a.message) (lib.filter (a: !a.assertion) config.assertions);
+  texts = lib.attrValues units ++ lib.attrValues etc;
+  context = lib.foldl' (acc: t: acc // builtins.getContext t) { } texts;
+  users = lib.mapAttrsToList (name: u: {
+    inherit name;
+    inherit (u) group isSystemUser uid;
+  }) (lib.filterAttrs (name: u: ours name) config.users.users);
+in
+if failed != [ ] then
+  throw "assertions failed:\n${lib.concatStringsSep "\n" failed}"
+else
+  {
+    units = lib.mapAttrs (_: builtins.unsafeDiscardStringContext) units;
+    etc = lib.mapAttrs (_: builtins.unsafeDiscardStringContext) etc;
+    inherit users;
+    # the project's tmpfiles lines (systemd-tmpfiles --create runs them in the machine)
+    tmpfiles = lib.filter (lib.hasInfix "vllm-station") config.systemd.tmpfiles.rules;
+    groups = lib.attrNames (lib.filterAttrs (name: _: ours name) config.users.groups);
+    drvs = lib.attrNames (lib.filterAttrs (_: c: c ? outputs) context);
+  }

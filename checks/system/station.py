@@ -1,0 +1,296 @@
+"""One example station, rendered by NixOS and run by a real systemd in a booted machine.
+
+`render()` evaluates checks/system/render.nix; `Station` maps the store paths its units name, boots a
+machine (machine.py), gives it the container runtime a station has (dockerd, which NixOS's docker
+module would run, stood in by Debian's; podman needs no daemon), and installs exactly what NixOS
+renders: units, /etc files, accounts (systemd-sysusers) and directories (systemd-tmpfiles).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import resource
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nixenv import run_nix
+
+from .machine import Machine
+from .store import StoreMap, show_derivations
+
+HERE = Path(__file__).resolve().parent
+CHECKS = HERE.parent
+
+SERVE_UNIT = "vllm-station.service"
+API_KEY_PATH = "/run/secrets/vllm-api-key"
+
+# dockerd as a station runs it, minus what this sandbox cannot give (iptables, ip_forward, a bridge):
+# the containers use the host's network (`--network=host`, as rendered).
+DOCKER_UNIT = """[Unit]
+Description=Docker daemon (stands in for NixOS's docker.service: Debian's dockerd)
+[Service]
+Type=notify
+ExecStartPre=/bin/sh -c 'for c in /sys/fs/cgroup/*/; do mount -o remount,bind,rw "$c" 2>/dev/null; done; true'
+ExecStart=/usr/sbin/dockerd -H unix:///run/docker.sock --exec-opt native.cgroupdriver=cgroupfs \
+  --cgroup-parent=/{parent} --iptables=false --ip-masq=false --ip-forward=false --bridge=none
+Delegate=yes
+KillMode=process
+TimeoutStopSec=30
+LimitNOFILE=1048576
+"""
+
+# Host units that would get in the way in a machine sharing the host's network.
+MASKED = [
+    "systemd-networkd.service",
+    "systemd-networkd.socket",
+    "systemd-networkd-wait-online.service",
+    "docker.socket",
+    "docker-registry.service",
+    "nftables.service",
+    "containerd.service",
+]
+
+
+@dataclass
+class Rendered:
+    example: str
+    units: dict[str, str]
+    etc: dict[str, str]
+    users: list[dict[str, Any]]
+    groups: list[str]
+    tmpfiles: list[str]
+    drvs: list[str]
+
+
+def memlock_limit() -> str:
+    """This sandbox's hard memlock limit in bytes ("" when unlimited: then nothing is rewritten)."""
+    hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)[1]
+    return "" if hard == resource.RLIM_INFINITY else str(hard)
+
+
+def render(nixos_tree: str, example: str, image: str, hub: str = "") -> Rendered:
+    args = [
+        "nix-instantiate",
+        "--eval",
+        "--read-write-mode",
+        "--strict",
+        "--json",
+        str(HERE / "render.nix"),
+        "--argstr",
+        "nixosTree",
+        nixos_tree,
+        "--argstr",
+        "example",
+        example,
+        "--argstr",
+        "image",
+        image,
+        "--argstr",
+        "hubEndpoint",
+        hub,
+        "--argstr",
+        "memlock",
+        memlock_limit(),
+    ]
+    proc = run_nix(args, timeout=600)
+    if proc.returncode != 0:
+        raise AssertionError(f"rendering {example} failed:\n{proc.stderr[-4000:]}")
+    data = json.loads(proc.stdout)
+    return Rendered(example=example, **data)
+
+
+def _nix_stdout(args: list[str]) -> str:
+    proc = run_nix(args, timeout=300)
+    if proc.returncode != 0:
+        raise AssertionError(f"{' '.join(args)} failed:\n{proc.stderr[-2000:]}")
+    return proc.stdout
+
+
+def station_venv(cache: Path) -> Path:
+    """The `station` programs a station's store path would hold: the package installed (not editable) into
+    a venv of Debian's /usr/bin/python3.11, so units see no file under /root or the repo (ProtectHome).
+    Dependencies are cached by pyproject.toml's hash; the package is reinstalled from src every run."""
+    pkg = CHECKS.parent / "pkgs" / "station-tools"
+    digest = hashlib.sha256((pkg / "pyproject.toml").read_bytes()).hexdigest()[:16]
+    venv = cache / "system" / f"station-venv-{digest}"
+    pip = [
+        str(venv / "bin" / "python"),
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "--disable-pip-version-check",
+    ]
+    with (
+        tempfile.TemporaryDirectory() as build
+    ):  # a copy: setuptools writes build/ next to its source
+        src = Path(build) / "src"
+        shutil.copytree(
+            pkg,
+            src,
+            ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"),
+        )
+        if not (venv / ".deps-installed").exists():
+            shutil.rmtree(venv, ignore_errors=True)
+            run_checked(["/usr/bin/python3.11", "-m", "venv", str(venv)])
+            run_checked([*pip, str(src)], timeout=900)
+            (venv / ".deps-installed").touch()
+        run_checked([*pip, "--no-deps", "--force-reinstall", str(src)], timeout=300)
+    return venv / "bin"
+
+
+def exec_lines(unit_text: str, key: str) -> list[str]:
+    return [
+        line.split("=", 1)[1]
+        for line in unit_text.splitlines()
+        if line.startswith(key + "=")
+    ]
+
+
+class Station:
+    def __init__(
+        self, rendered: Rendered, work: Path, name: str, station_bin: Path
+    ) -> None:
+        self.rendered = rendered
+        self.work = work
+        self.name = name
+        shutil.rmtree(work, ignore_errors=True)
+        (work / "var").mkdir(parents=True)
+        self.store = StoreMap(
+            work / "store", show_derivations(_nix_stdout, rendered.drvs), station_bin
+        )
+        self.store.materialize_texts([*rendered.units.values(), *rendered.etc.values()])
+        self.machine = Machine(
+            name=name,
+            work=work / "machine",
+            binds_ro=[
+                (work / "store", "/nix/store"),
+                (
+                    station_bin.parent,
+                    str(station_bin.parent),
+                ),  # the station venv (Debian's python)
+            ],
+            # /var on disk, not the volatile tmpfs: preflight's disk check wants a station's free space
+            binds=[(work / "var", "/var")],
+            # dockerd needs CAP_NET_ADMIN even with --network=host containers
+            options=["--capability=CAP_NET_ADMIN"],
+            kernel_args=[f"systemd.mask={u}" for u in MASKED],
+            cgroups=[f"station-{name}"],
+        )
+
+    # ---- lifecycle ----
+    def boot(self, runtime: str) -> None:
+        self.machine.start()
+        m = self.machine
+        # The store is world-readable on a station: the stand-ins must be reachable for unit users too
+        # (the machine's own /root, a tmpfs mount point here, is 0700 like the host's).
+        for _, dest in m.binds_ro:
+            for parent in Path(dest).parents:
+                if str(parent) != "/":
+                    m.run(["chmod", "o+x", str(parent)])
+        if runtime == "docker":
+            m.write(
+                "/etc/systemd/system/docker.service",
+                DOCKER_UNIT.format(parent=f"station-{self.name}"),
+            )
+            m.systemctl("daemon-reload")
+            m.systemctl("start", "docker.service", timeout=60)
+        self.install()
+
+    def install(self) -> None:
+        m = self.machine
+        r = self.rendered
+        sysusers = [f"g {g} -" for g in r.groups] + [
+            f'u {u["name"]} -:{u["group"]} "{u["name"]}" /var/empty' for u in r.users
+        ]
+        if sysusers:
+            m.write("/etc/sysusers.d/vllm-station.conf", "\n".join(sysusers) + "\n")
+            m.run(["systemd-sysusers", "/etc/sysusers.d/vllm-station.conf"])
+        if r.tmpfiles:
+            m.write("/etc/tmpfiles.d/vllm-station.conf", "\n".join(r.tmpfiles) + "\n")
+            m.run(["systemd-tmpfiles", "--create", "/etc/tmpfiles.d/vllm-station.conf"])
+        for path, text in r.etc.items():
+            m.write(f"/etc/{path}", text)
+        for name, text in r.units.items():
+            m.write(f"/etc/systemd/system/{name}", text)
+        m.systemctl("daemon-reload")
+
+    def stop(self) -> None:
+        self.machine.stop()
+
+    # ---- reading systemd ----
+    def unit(self, name: str = SERVE_UNIT) -> str:
+        return self.rendered.units[name]
+
+    def state(self, unit: str = SERVE_UNIT) -> dict[str, str]:
+        return self.machine.show(
+            unit,
+            "ActiveState",
+            "SubState",
+            "Result",
+            "NRestarts",
+            "MainPID",
+            "ExecMainStatus",
+            "InvocationID",
+        )
+
+    def wait_for(
+        self, predicate_desc: str, fn: Any, timeout: float, interval: float = 0.5
+    ) -> Any:
+        deadline = time.monotonic() + timeout
+        last: Any = None
+        while time.monotonic() < deadline:
+            last = fn()
+            if last:
+                return last
+            time.sleep(interval)
+        raise AssertionError(
+            f"timed out after {timeout:.0f} s waiting for {predicate_desc}; last: {last!r}"
+        )
+
+    def wait_state(
+        self, active: str, timeout: float, unit: str = SERVE_UNIT
+    ) -> dict[str, str]:
+        result: dict[str, str] = self.wait_for(
+            f"{unit} ActiveState={active}",
+            lambda: s if (s := self.state(unit))["ActiveState"] == active else None,
+            timeout,
+        )
+        return result
+
+    def journal_lines(self, unit: str = SERVE_UNIT) -> list[str]:
+        return self.machine.journal(unit).splitlines()
+
+    def logs_dir(self) -> list[str]:
+        out = self.machine.run(
+            ["ls", "-1", "/var/log/vllm-station"], check=False
+        ).stdout
+        return sorted(name for name in out.split() if name.endswith(".log"))
+
+    def containers(self, runtime: str) -> list[str]:
+        out = self.machine.run(
+            [runtime, "ps", "-a", "--format", "{{.Names}}"], check=False
+        ).stdout
+        return [n for n in out.split() if n]
+
+
+def store_paths(text: str) -> set[str]:
+    return set(re.findall(r"/nix/store/[0-9a-z]{32}-[^/\s\"]+", text))
+
+
+def run_checked(argv: list[str], timeout: float = 60) -> str:
+    proc = subprocess.run(
+        argv, capture_output=True, text=True, timeout=timeout, check=False
+    )
+    if proc.returncode != 0:
+        raise AssertionError(
+            f"{' '.join(argv)} exited {proc.returncode}: {proc.stderr[-2000:]}"
+        )
+    return proc.stdout

@@ -1,0 +1,504 @@
+"""Tier `system`: the units NixOS renders for flash-station, run by a real systemd with a real runtime.
+
+The example is evaluated as a full NixOS system (checks/system/render.nix; the only differences are
+named there: no CDI GPU device, the test image by digest, memlock at this sandbox's hard limit, the
+local hub's address). Its store paths are mapped one by one (checks/system/store.py), a systemd 252
+boots in a systemd-nspawn machine (checks/system/machine.py) with Debian's dockerd as the station's
+runtime, and the test image (`station simulate` behind `vllm serve`'s arguments) is pulled by digest
+from a local docker-registry. Everything below is read from systemd's own state and from files.
+
+The scenarios run in order on one machine (each builds on the state the previous one left):
+stamp gate → download → first start → restarts → crash loop → stop. Figures go to the test report
+(`-rA` shows them; scripts/check prints the tier line).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from nixenv import CACHE, REPO, require_nix, require_tree
+from system.images import Registry, build_sim_image
+from system.station import Station, render, station_venv
+
+pytestmark = pytest.mark.system
+
+TOOLS = {
+    "systemd-nspawn": "systemd-container",
+    "dockerd": "docker.io",
+    "podman": "podman",
+    "runc": "runc",
+    "docker-registry": "docker-registry",
+}
+FLASH_REVISION = (
+    "9c1e0d2f4a6b8c0e1f3a5b7c9d1e3f5a7b9c0d2e"  # checks/examples/flash-station.nix
+)
+FLASH_REPO = "nvidia/GLM-5.3-Flash-NVFP4"
+MODEL_DIR = "/var/lib/vllm-station-models/glm53-flash"
+STAMP = f"{MODEL_DIR}/.station-verified.json"
+API_KEY = "sk-system-tier-0123456789"
+SERVE = "vllm-station.service"
+DOWNLOAD = "vllm-station-download-glm53-flash.service"
+# RestartSec is the real 60 s for the first restart; later restarts use this drop-in (stated here).
+FAST_RESTART = "[Service]\nRestartSec=2\n"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _require_tools() -> None:
+    missing = [
+        pkg
+        for tool, pkg in TOOLS.items()
+        if shutil.which(tool) is None and not Path(f"/usr/sbin/{tool}").exists()
+    ]
+    if missing:
+        pytest.skip(
+            f"system tier needs Debian packages {' '.join(missing)} (scripts/check installs them)"
+        )
+    if os.geteuid() != 0:
+        pytest.skip("system tier needs root (systemd-nspawn, dockerd)")
+
+
+@dataclass
+class Figures:
+    values: dict[str, float | str] = field(default_factory=dict)
+
+    def record(self, key: str, value: float | str) -> None:
+        self.values[key] = value
+        print(f"system figure: {key} = {value}", file=sys.stderr)
+
+
+FIGURES = Figures()
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    sys.path.insert(0, str(REPO / "pkgs" / "station-tools" / "tests"))
+    from hubserver import FakeHub, HubState, make_checkpoint, repo_from_dir
+
+    ckpt = tmp_path_factory.mktemp("ckpt")
+    make_checkpoint(ckpt, shards=3, tensors_per_shard=2)
+    # GLM-5.3-Flash's attention geometry (MLA, 12 layers × 576), so preflight's KV check reads a real config
+    config = json.loads((ckpt / "config.json").read_text())
+    config.update(
+        num_hidden_layers=12,
+        kv_lora_rank=512,
+        qk_rope_head_dim=64,
+        num_attention_heads=64,
+    )
+    (ckpt / "config.json").write_text(json.dumps(config, indent=2))
+    state = HubState(
+        repo=FLASH_REPO, files=repo_from_dir(FLASH_REPO, ckpt), commit=FLASH_REVISION
+    )
+    state.branches = {"main": FLASH_REVISION}
+    with FakeHub(state) as fake:
+        yield fake
+
+
+@pytest.fixture(scope="module")
+def flash(hub: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Station]:
+    require_nix()
+    tree = require_tree(
+        "NIXOS_TREE", "nixos/lib/eval-config.nix", "the system tier (rendered units)"
+    )
+    _require_tools()
+    registry = Registry(CACHE / "system" / "registry", _free_port())
+    registry.start()
+    station = None
+    try:
+        t = time.monotonic()
+        image = build_sim_image(registry, tmp_path_factory.mktemp("image"))
+        FIGURES.record("image build or reuse (s)", round(time.monotonic() - t, 1))
+        t = time.monotonic()
+        rendered = render(str(tree), "flash-station", image, hub=hub.url)
+        FIGURES.record("render flash-station (s)", round(time.monotonic() - t, 1))
+        t = time.monotonic()
+        bin_dir = station_venv(CACHE)
+        FIGURES.record("station venv (s)", round(time.monotonic() - t, 1))
+        station = Station(
+            rendered, Path(tmp_path_factory.mktemp("flash")), "flash", bin_dir
+        )
+        station.boot(runtime="docker")
+        FIGURES.record("machine boot (s)", round(station.machine.boot_seconds, 1))
+        m = station.machine
+        m.write(API_KEY_PATH, API_KEY + "\n", mode=0o600)
+        # drop_caches of the machine is this file (the host kernel's page cache stays; the write is read back)
+        m.write("/run/station-test/drop_caches", "")
+        m.run(
+            [
+                "mount",
+                "--bind",
+                "/run/station-test/drop_caches",
+                "/proc/sys/vm/drop_caches",
+            ]
+        )
+        yield station
+    finally:
+        if station is not None:
+            _dump(station)
+            station.stop()
+        registry.stop()
+
+
+API_KEY_PATH = "/run/secrets/vllm-api-key"
+
+
+def _dump(station: Station) -> None:
+    """On the way out: the serving unit's journal, for a failing run's report."""
+    try:
+        for unit in (DOWNLOAD, SERVE):
+            text = station.machine.journal(unit)
+            print(
+                f"---- journal of {unit} (last 40 lines) ----\n"
+                + "\n".join(text.splitlines()[-40:]),
+                file=sys.stderr,
+            )
+    except (
+        AssertionError,
+        OSError,
+        subprocess.SubprocessError,
+    ) as err:  # the machine may be gone
+        print(f"no journal: {err}", file=sys.stderr)
+
+
+def _mono(station: Station, prop: str, unit: str = SERVE) -> int:
+    value = station.machine.show(unit, prop)[prop]
+    return int(value or 0)
+
+
+def _reset(station: Station) -> None:
+    m = station.machine
+    m.systemctl("stop", SERVE, check=False, timeout=120)
+    m.systemctl("reset-failed", SERVE, check=False)
+
+
+# ---------------------------------------------------------------------------------------------- scenarios
+
+
+def test_store_holds_only_what_each_path_holds(flash: Station) -> None:
+    """The unit's PATH is coreutils, findutils, grep, sed, systemd — and no container runtime."""
+    st = flash
+    unit = st.unit()
+    path_line = next(
+        line for line in unit.splitlines() if line.startswith('Environment="PATH=')
+    )
+    dirs = path_line.removeprefix('Environment="PATH=').rstrip('"').split(":")
+    out = st.machine.run(
+        ["sh", "-c", "ls -1 " + " ".join(d for d in dirs) + " 2>/dev/null"], check=False
+    ).stdout
+    names = set(out.split())
+    assert {"cat", "sync", "grep", "sed", "find", "systemctl"} <= names
+    assert not names & {"docker", "podman", "station", "python3", "jq"}, (
+        "a station's unit PATH lacks these"
+    )
+    made = st.store.made
+    assert any(v == "text" for v in made.values()), (
+        "writeShellScript files are written from their text"
+    )
+    assert any(v.startswith("docker:") for v in made.values())
+
+
+def test_unverified_model_is_refused_by_the_stamp_gate(
+    flash: Station, hub: Any
+) -> None:
+    """The serving unit pulls in its download unit (Wants/After); when that fails, the gate refuses."""
+    st = flash
+    m = st.machine
+    state = hub.state
+    state.commit, state.branches = (
+        "f" * 40,
+        {},
+    )  # the hub no longer has the pinned revision
+    try:
+        proc = m.run(["systemctl", "start", SERVE], check=False, timeout=120)
+    finally:
+        state.commit, state.branches = FLASH_REVISION, {"main": FLASH_REVISION}
+    assert proc.returncode != 0
+    assert st.state(DOWNLOAD)["Result"] == "exit-code", (
+        "the download ran first and failed"
+    )
+    s = st.state()
+    assert s["Result"] == "exit-code", s
+    journal = m.journal(SERVE)
+    assert (
+        f"refusing to start: the checkpoint in {MODEL_DIR} is not verified" in journal
+    )
+    assert "start vllm-station-download-glm53-flash.service" in journal, (
+        "the message names the fix"
+    )
+    assert "station prestart" not in journal, "nothing after the gate ran"
+    _reset(st)
+    m.systemctl("stop", DOWNLOAD, check=False)
+    m.systemctl("reset-failed", DOWNLOAD, check=False)
+    # a stamp for another revision: the download is skipped (its condition), the gate refuses, naming both
+    other = "0" * 40
+    m.write(STAMP, json.dumps({"revision": other}))
+    assert (
+        m.run(["systemctl", "start", SERVE], check=False, timeout=120).returncode != 0
+    )
+    journal = m.journal(SERVE)
+    assert (
+        f"records revision {other}, the configuration declares {FLASH_REVISION}"
+        in journal
+    )
+    _reset(st)
+    m.run(["rm", "-f", STAMP])
+
+
+def test_download_unit_is_bound_to_node_0_and_stamps(flash: Station, hub: Any) -> None:
+    st = flash
+    m = st.machine
+    state = hub.state
+    shard = next(name for name in state.files if name.endswith(".safetensors"))
+    state.stall_after = {
+        shard: 16
+    }  # hold the download mid-file, to look at the live process
+    m.systemctl("start", "--no-block", DOWNLOAD)
+    state.stalled.wait(timeout=60)
+    assert state.stalled.is_set(), (
+        f"the download never reached the hub: {m.journal(DOWNLOAD)[-2000:]}"
+    )
+    pid = _mono(st, "MainPID", DOWNLOAD)
+    assert pid > 0
+    maps = m.run(["cat", f"/proc/{pid}/numa_maps"]).stdout.splitlines()
+    policies = {line.split()[1] for line in maps if len(line.split()) > 1}
+    FIGURES.record("download numa_maps policies", ",".join(sorted(policies)))
+    assert policies == {"bind:0"}, (
+        f"every mapping of the download process must be bound to node 0: {policies}"
+    )
+    user = m.run(["ps", "-o", "user=", "-p", str(pid)]).stdout.strip()
+    assert user == "vllm-station"
+    state.stall_after = {}
+    state.release.set()  # the stalled connection closes; the download resumes it
+    s = st.wait_state("active", 120, DOWNLOAD)
+    assert s["Result"] == "success"
+    stamp = json.loads(m.run(["cat", STAMP]).stdout)
+    assert stamp["revision"] == FLASH_REVISION
+
+
+def test_first_start_runs_the_sequence_then_is_active_only_when_serving(
+    flash: Station,
+) -> None:
+    st = flash
+    m = st.machine
+    t0 = time.monotonic()
+    m.run(["systemctl", "start", "--no-block", SERVE])
+    # activating until wait-ready succeeds (ExecStartPost)
+    seen_activating = st.wait_for(
+        "activating",
+        lambda: st.state()["ActiveState"] == "activating",
+        30,
+        interval=0.1,
+    )
+    assert seen_activating
+    s = st.wait_state("active", 180)
+    FIGURES.record("start to active (s)", round(time.monotonic() - t0, 1))
+    assert s["SubState"] == "running"
+    journal = m.journal(SERVE)
+    order = [
+        f"checkpoint {MODEL_DIR} verified",  # stamp gate
+        "station prestart:",  # prestart
+        "vllm-serve-args",  # the container's first line: the engine started
+    ]
+    positions = [journal.find(marker) for marker in order]
+    assert all(p >= 0 for p in positions), (
+        f"missing step: {dict(zip(order, positions, strict=True))}\n{journal[-3000:]}"
+    )
+    assert positions == sorted(positions), (
+        f"ExecStartPre order: {dict(zip(order, positions, strict=True))}"
+    )
+    assert m.run(["cat", "/run/station-test/drop_caches"]).stdout.strip() == "1", (
+        "prestart wrote drop_caches"
+    )
+    # the container got exactly the rendered vLLM arguments, and the key by environment only
+    args_line = next(
+        line for line in journal.splitlines() if line.startswith("vllm-serve-args ")
+    )
+    got = json.loads(args_line.removeprefix("vllm-serve-args "))
+    start = next(
+        line for line in st.unit().splitlines() if line.startswith("ExecStart=")
+    )
+    assert f'"{got[0]}"' in start and got[0] == MODEL_DIR
+    assert API_KEY not in st.unit()
+    # smoke passes through it, with the key
+    key_file = Path(st.work) / "api-key"
+    key_file.write_text(API_KEY)
+    smoke = subprocess.run(
+        [
+            str(REPO / ".venv/bin/station"),
+            "smoke",
+            "--base-url",
+            "http://127.0.0.1:8888",
+            "--model",
+            "glm-5.3-flash",
+            "--api-key-file",
+            str(key_file),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert smoke.returncode == 0, smoke.stdout[-2000:] + smoke.stderr[-2000:]
+    unauthorized = subprocess.run(
+        [
+            str(REPO / ".venv/bin/station"),
+            "smoke",
+            "--base-url",
+            "http://127.0.0.1:8888",
+            "--model",
+            "glm-5.3-flash",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "STATION_API_KEY": ""},
+    )
+    assert unauthorized.returncode == 1, "without the key the API refuses"
+
+
+def test_engine_exit_0_restarts_after_restart_sec_and_logs_are_kept(
+    flash: Station,
+) -> None:
+    st = flash
+    m = st.machine
+    before = _mono(st, "NRestarts")
+    logs_before = len(st.logs_dir())
+    m.run(["docker", "kill", "--signal", "TERM", "vllm-station"])  # the engine exits 0
+    st.wait_for(
+        "main process exit",
+        lambda: (
+            _mono(st, "ExecMainExitTimestampMonotonic") > 0
+            and st.state()["ActiveState"] != "active"
+        ),
+        30,
+        interval=0.2,
+    )
+    exited = _mono(st, "ExecMainExitTimestampMonotonic")
+    status = st.state()["ExecMainStatus"]
+    st.wait_for(
+        "the restart", lambda: _mono(st, "NRestarts") == before + 1, 90, interval=0.5
+    )
+    restarted = _mono(st, "InactiveExitTimestampMonotonic")
+    delay = (restarted - exited) / 1e6
+    FIGURES.record("restart delay after exit 0 (s, RestartSec=60)", round(delay, 2))
+    assert status == "0", "the engine's exit 0 is still a restart (Restart=always)"
+    assert 59.5 <= delay <= 63, f"restart {delay:.2f} s after the exit, RestartSec=60"
+    st.wait_state("active", 120)
+    assert len(st.logs_dir()) == logs_before + 1, (
+        "the previous container's log was saved"
+    )
+
+
+def test_kill_9_restarts_and_the_old_container_is_replaced(flash: Station) -> None:
+    st = flash
+    m = st.machine
+    m.write(
+        "/etc/systemd/system/vllm-station.service.d/restart-fast.conf", FAST_RESTART
+    )
+    m.systemctl("daemon-reload")
+    before = _mono(st, "NRestarts")
+    logs_before = len(st.logs_dir())
+    m.systemctl("kill", "--signal=KILL", "--kill-whom=main", SERVE)
+    st.wait_for(
+        "the restart", lambda: _mono(st, "NRestarts") == before + 1, 60, interval=0.3
+    )
+    st.wait_state("active", 120)
+    assert len(st.logs_dir()) == logs_before + 1
+    saved = m.run(
+        [
+            "sh",
+            "-c",
+            "cat /var/log/vllm-station/$(ls -1 /var/log/vllm-station | grep '.log$' | tail -1)",
+        ]
+    ).stdout
+    assert "vllm-serve-args" in saved, "the killed try's container log is kept"
+    assert st.containers("docker") == ["vllm-station"], (
+        "one container: the old one was removed before the new run"
+    )
+
+
+def test_fourth_start_within_the_hour_is_refused_then_reset_failed_recovers(
+    flash: Station,
+) -> None:
+    """StartLimitBurst=3 per hour. The drop-in's daemon-reload (previous test) restarted systemd's count
+    (found here: a reload resets the start rate limit), and that test's restart was start 1."""
+    st = flash
+    m = st.machine
+    for start in (2, 3):  # two more crashes: each restarted
+        before = _mono(st, "NRestarts")
+        m.systemctl("kill", "--signal=KILL", "--kill-whom=main", SERVE)
+        st.wait_for(
+            f"start {start}",
+            lambda b=before: _mono(st, "NRestarts") == b + 1,
+            60,
+            interval=0.3,
+        )
+        st.wait_state("active", 120)
+    m.systemctl(
+        "kill", "--signal=KILL", "--kill-whom=main", SERVE
+    )  # the crash that asks for a 4th start
+    # systemd 252 keeps the crash's Result ("signal") and logs the refusal of the restart
+    st.wait_for(
+        "the refused restart",
+        lambda: "Start request repeated too quickly" in m.journal(SERVE),
+        60,
+    )
+    s = st.wait_state("failed", 30)
+    assert s["Result"] in ("signal", "start-limit-hit"), s
+    time.sleep(3)  # longer than the drop-in's RestartSec: systemd must not try again
+    assert st.state()["ActiveState"] == "failed"
+    assert (
+        m.run(["systemctl", "start", SERVE], check=False, timeout=60).returncode != 0
+    ), "a manual start too"
+    assert m.journal(SERVE).count("Start request repeated too quickly") >= 2
+    FIGURES.record("4th start within the hour", "refused (start-limit-hit)")
+    m.systemctl("reset-failed", SERVE)
+    t0 = time.monotonic()
+    m.systemctl("start", SERVE, timeout=180)
+    FIGURES.record(
+        "reset-failed + start to active (s)", round(time.monotonic() - t0, 1)
+    )
+    assert st.state()["ActiveState"] == "active"
+
+
+def test_stop_uses_the_runtime_stop_path_and_leaves_no_running_container(
+    flash: Station,
+) -> None:
+    st = flash
+    m = st.machine
+    t0 = time.monotonic()
+    m.systemctl("stop", SERVE, timeout=120)
+    FIGURES.record("stop (s)", round(time.monotonic() - t0, 2))
+    s = st.state()
+    assert s["ActiveState"] == "inactive"
+    running = m.run(["docker", "ps", "--format", "{{.Names}}"]).stdout.split()
+    assert running == [], "docker stop ended the container"
+    # stopped, not removed: the next start's prestart saves its log, then removes it
+    assert st.containers("docker") == ["vllm-station"]
+    exit_code = m.run(
+        ["docker", "inspect", "--format", "{{.State.ExitCode}}", "vllm-station"]
+    ).stdout.strip()
+    assert exit_code == "0", (
+        "the engine got SIGTERM and exited by itself (137 would be the timeout's SIGKILL)"
+    )
+    assert (
+        "--timeout" not in st.unit() and '"stop" "-t" "60" "vllm-station"' in st.unit()
+    )
