@@ -448,9 +448,7 @@ def test_image_skips(gb300: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
     assert r.status is Status.SKIP and "not installed" in r.figure
 
 
-def test_image_runtime_by_absolute_path(
-    gb300: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_image_runtime_by_absolute_path(gb300: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The module renders the runtime as an absolute store path: a unit's PATH need not hold it."""
     script, state = write_fake_runtime(tmp_path / "rt")
     monkeypatch.delenv("STATION_RUNTIME_CMD", raising=False)

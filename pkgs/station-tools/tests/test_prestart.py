@@ -190,7 +190,9 @@ def test_runtime_by_absolute_path_with_an_empty_path(
 
 
 @pytest.mark.parametrize("runtime_arg", ["lxc", "relative/docker", "/usr/bin/runc"])
-def test_runtime_must_be_docker_or_podman(gb300: Path, runtime_arg: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_runtime_must_be_docker_or_podman(
+    gb300: Path, runtime_arg: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert prestart(gb300, "--settle-seconds", "0", "--runtime", runtime_arg) == 2
     assert "docker, podman or an absolute path" in capsys.readouterr().err
 

@@ -65,7 +65,7 @@ class Runtime:
 
 
 def runtime_name(spec: str) -> str:
-    """`docker`, `podman`, or an absolute path to either -> `docker` / `podman`; anything else is a usage error."""
+    """`docker`, `podman`, or an absolute path to either -> its name; anything else is a usage error."""
     name = Path(spec).name if os.sep in spec else spec
     if name not in RUNTIMES or (os.sep in spec and not spec.startswith(os.sep)):
         raise UsageError(
