@@ -512,7 +512,10 @@ in
           beaconDir
           (toString cfg.beaconPort)
         ];
-        ExecStop = lib.optional (!isHead) (utils.escapeSystemdExecArgs [ waitForHeadStop ]);
+        # `+`: root asks systemd over its private socket. As the beacon's DynamicUser, `systemctl show`
+        # needs the D-Bus system bus to know that user; where it does not (found by the system tier:
+        # "Transport endpoint is not connected"), the wait was silently skipped.
+        ExecStop = lib.optional (!isHead) ("+" + utils.escapeSystemdExecArgs [ waitForHeadStop ]);
         TimeoutStopSec = cfg.headStopWaitSeconds + 30;
         Restart = "on-failure";
         RestartSec = 5;

@@ -61,6 +61,7 @@ class Registry:
 
     root: Path
     port: int
+    netns: str | None = None  # serve inside this network namespace (its own 127.0.0.1)
     proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -69,36 +70,47 @@ class Registry:
 
     def start(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
-        config = self.root / "config.yml"
+        config = self.root / f"config-{self.netns or 'host'}.yml"
         config.write_text(
             "version: 0.1\n"
             f"storage: {{ filesystem: {{ rootdirectory: {self.root / 'data'} }} }}\n"
             f"http: {{ addr: {self.address} }}\n"
             "log: { level: warn }\n"
         )
-        log = (self.root / "registry.log").open("wb")
+        log_path = self.root / f"registry-{self.netns or 'host'}.log"
+        prefix = ["ip", "netns", "exec", self.netns] if self.netns else []
         self.proc = subprocess.Popen(
-            ["docker-registry", "serve", str(config)],
-            stdout=log,
+            [*prefix, "docker-registry", "serve", str(config)],
+            stdout=log_path.open("wb"),
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
-            try:
-                if (
-                    httpx.get(f"http://{self.address}/v2/", timeout=1).status_code
-                    == 200
-                ):
-                    return
-            except httpx.HTTPError:
-                pass
+            if self._answers(prefix):
+                return
             if self.proc.poll() is not None:
                 break
             time.sleep(0.2)
         raise AssertionError(
-            f"docker-registry did not answer on {self.address}: {(self.root / 'registry.log').read_text()[-1000:]}"
+            f"docker-registry did not answer on {self.address}: {log_path.read_text()[-1000:]}"
         )
+
+    def _answers(self, prefix: list[str]) -> bool:
+        if prefix:  # inside a network namespace: ask from there
+            probe = [
+                *prefix,
+                "curl",
+                "-sf",
+                "-o",
+                "/dev/null",
+                f"http://{self.address}/v2/",
+            ]
+            return subprocess.run(probe, check=False, timeout=5).returncode == 0
+        try:
+            return httpx.get(f"http://{self.address}/v2/", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

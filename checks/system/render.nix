@@ -43,13 +43,25 @@ let
   first = (evalExample [ file testOnly ] system).config;
   environmentOnly = lib.mkMerge [
     # This sandbox has no CAP_SYS_RESOURCE: memlock cannot be raised above its hard limit (`memlock`).
-    (lib.mkIf (memlock != "") {
-      systemd.services.vllm-station.serviceConfig.LimitMEMLOCK = lib.mkForce memlock;
+    # And no RDMA device: the pair's `--device=/dev/infiniband` is dropped (it needs the ConnectX rail).
+    {
+      systemd.services.vllm-station.serviceConfig.LimitMEMLOCK = lib.mkIf (memlock != "") (lib.mkForce memlock);
       services.vllm-station.serve.containerOptions = lib.mkForce (
         map (
-          o: if lib.hasPrefix "--ulimit=memlock=" o then "--ulimit=memlock=${memlock}:${memlock}" else o
-        ) first.services.vllm-station.serve.containerOptions
+          o:
+          if memlock != "" && lib.hasPrefix "--ulimit=memlock=" o then
+            "--ulimit=memlock=${memlock}:${memlock}"
+          else
+            o
+        ) (lib.remove "--device=/dev/infiniband" first.services.vllm-station.serve.containerOptions)
       );
+    }
+    # A pair's RDMA checks need the ConnectX HCA and unlimited memlock: every other preflight check runs.
+    (lib.mkIf first.services.vllm-station.pair.enable {
+      services.vllm-station.serve.preflight.only = lib.mkForce [
+        "numa" "page-cache" "host-memory" "gpu" "model" "disk" "port" "image" "kv-cache"
+        "rail-link" "rail-mtu" "rail-peer" "pair-revision"
+      ];
     })
     # Where the test's hub listens (downloads go to a local fake of the Hugging Face Hub API).
     (lib.mkIf (hubEndpoint != "") {

@@ -156,9 +156,15 @@ def exec_lines(unit_text: str, key: str) -> list[str]:
 
 class Station:
     def __init__(
-        self, rendered: Rendered, work: Path, name: str, station_bin: Path
+        self,
+        rendered: Rendered,
+        work: Path,
+        name: str,
+        station_bin: Path,
+        netns: str | None = None,
     ) -> None:
         self.rendered = rendered
+        self.netns = netns
         self.work = work
         self.name = name
         shutil.rmtree(work, ignore_errors=True)
@@ -180,7 +186,10 @@ class Station:
             # /var on disk, not the volatile tmpfs: preflight's disk check wants a station's free space
             binds=[(work / "var", "/var")],
             # dockerd needs CAP_NET_ADMIN even with --network=host containers
-            options=["--capability=CAP_NET_ADMIN"],
+            options=[
+                "--capability=CAP_NET_ADMIN",
+                *([f"--network-namespace-path=/run/netns/{netns}"] if netns else []),
+            ],
             kernel_args=[f"systemd.mask={u}" for u in MASKED],
             cgroups=[f"station-{name}"],
         )
@@ -195,6 +204,12 @@ class Station:
             for parent in Path(dest).parents:
                 if str(parent) != "/":
                     m.run(["chmod", "o+x", str(parent)])
+        if self.netns:
+            # /sys/class/net shows the network namespace that mounted sysfs (the host's): show the machine's
+            m.run(["mkdir", "-p", "/run/netns-sysfs"])
+            m.run(["mount", "-t", "sysfs", "sysfs", "/run/netns-sysfs"])
+            for sub in ("class/net", "devices/virtual/net"):
+                m.run(["mount", "--bind", f"/run/netns-sysfs/{sub}", f"/sys/{sub}"])
         if runtime == "docker":
             m.write(
                 "/etc/systemd/system/docker.service",
@@ -220,6 +235,22 @@ class Station:
             m.write(f"/etc/{path}", text)
         for name, text in r.units.items():
             m.write(f"/etc/systemd/system/{name}", text)
+            # NixOS turns wantedBy/requiredBy into .wants/.requires links itself (no `systemctl enable`)
+            for key, suffix in (
+                ("WantedBy", "wants"),
+                ("RequiredBy", "requires"),
+                ("UpheldBy", "upholds"),
+            ):
+                for target in " ".join(exec_lines(text, key)).split():
+                    m.run(["mkdir", "-p", f"/etc/systemd/system/{target}.{suffix}"])
+                    m.run(
+                        [
+                            "ln",
+                            "-sfn",
+                            f"../{name}",
+                            f"/etc/systemd/system/{target}.{suffix}/{name}",
+                        ]
+                    )
         m.systemctl("daemon-reload")
 
     def stop(self) -> None:

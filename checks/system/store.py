@@ -37,7 +37,18 @@ class Links:
     links: tuple[tuple[str, str], ...]
 
 
-Mapping = Debian | Links | Callable[[], Links]
+def _python3(d: Derivation) -> Links:
+    """nixpkgs' python3 names its interpreter bin/python3.<minor>; here it is Debian's python3."""
+    minor = ".".join(d.env.get("version", "3").split(".")[:2])
+    return Links(
+        (
+            (f"bin/python{minor}", "/usr/bin/python3"),
+            ("bin/python3", "/usr/bin/python3"),
+        )
+    )
+
+
+Mapping = Debian | Links | Callable[["Derivation"], Links]
 
 # nixpkgs pname -> what stands for it here. Keep this small and explicit: an unmapped pname fails.
 PACKAGES: dict[str, Mapping] = {
@@ -56,6 +67,7 @@ PACKAGES: dict[str, Mapping] = {
     "curl": Debian("curl"),
     "iproute2": Debian("iproute2"),
     "numactl": Debian("numactl"),
+    "python3": _python3,
     "tzdata": Links((("share/zoneinfo", "/usr/share/zoneinfo"),)),
     "glibc-locales": Links(
         (("lib/locale/locale-archive", "/usr/lib/locale/locale-archive"),)
@@ -197,7 +209,7 @@ class StoreMap:
                 "here: add it to PACKAGES in checks/system/store.py"
             )
         if callable(mapping):
-            mapping = mapping()
+            mapping = mapping(d)
         if isinstance(mapping, Debian):
             return debian_programs(mapping.package)
         return dict(mapping.links)

@@ -260,6 +260,9 @@ in
       ]
     )
     ++ h.eq "ExecStop is the stop-order wait" (map h.argv b.serviceConfig.ExecStop) [ [ "${stop}" ] ]
+    ++ h.ok "ExecStop privileged (+): systemctl without the D-Bus system bus" (
+      lib.all (lib.hasPrefix "+") b.serviceConfig.ExecStop
+    )
     ++ h.ok "ExecStop waits for the head's master port" (
       lib.hasInfix "/dev/tcp/${headIp}/29500" stop.text
     )

@@ -4,15 +4,18 @@ The system tier runs the unit exactly as NixOS renders it, so this entrypoint re
 arguments (model first, then the flags). It prints them (the tests compare them with the rendered
 unit), serves the OpenAI API with `station simulate` on the same host/port/served name, requires
 VLLM_API_KEY when the unit hands one over, and prints the file /var/lib/vllm-station/engine.log when
-a test put one there (e.g. an NCCL transport excerpt for `station nccl-check`). SIGTERM: exit 0.
+a test put one there (e.g. an NCCL transport excerpt for `station nccl-check`). Rank 0 of a pair listens on the master
+port. SIGTERM: exit 0.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 from vllm_station import simulate
@@ -29,8 +32,26 @@ def flag(args: list[str], name: str, default: str) -> str:
     return default
 
 
+def rendezvous(host: str, port: int) -> None:
+    """Rank 0 listens on --master-addr:--master-port, like torch.distributed's store (the worker's
+    stop waits for it to close)."""
+    server = socket.create_server((host, port))
+
+    def accept() -> None:
+        while True:
+            conn, _ = server.accept()
+            conn.close()
+
+    threading.Thread(target=accept, daemon=True).start()
+
+
 def main(argv: list[str]) -> int:
     print("vllm-serve-args " + json.dumps(argv), flush=True)
+    if flag(argv, "--node-rank", "") == "0" and flag(argv, "--master-port", ""):
+        rendezvous(
+            flag(argv, "--master-addr", "127.0.0.1"),
+            int(flag(argv, "--master-port", "0")),
+        )
     if EXTRA_LOG.is_file():
         print(EXTRA_LOG.read_text(), end="", flush=True)
     if "--headless" in argv:

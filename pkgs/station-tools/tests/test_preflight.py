@@ -28,6 +28,7 @@ from sysfs_fixtures import (
 )
 
 from vllm_station.cli import main
+from vllm_station.errors import UsageError
 from vllm_station.host.nvml import GpuInfo, GpuProcess, NvmlReport
 from vllm_station.preflight import core
 from vllm_station.preflight.checks import assess_gpus
@@ -49,6 +50,20 @@ def gb300(tmp_path: Path) -> Path:
 
 
 # --- configuration -------------------------------------------------------------------------------
+
+
+def test_null_vllm_settings_mean_vllms_defaults(gb300: Path, tmp_path: Path) -> None:
+    """The module writes null for an unset vLLM option (the glm53-tp2 preset leaves maxNumSeqs unset):
+    found by the system tier, where every pair start failed with "'maxNumSeqs' must not be null"."""
+    cfg = PreflightConfig.from_mapping(
+        {"maxNumSeqs": None, "gpuMemoryUtilization": None, "kvCacheDtype": None, "maxModelLen": 98304}
+    )
+    assert (cfg.max_num_seqs, cfg.gpu_memory_utilization, cfg.kv_cache_dtype) == (None, 0.9, "auto")
+    with pytest.raises(UsageError, match="'port' must not be null"):
+        PreflightConfig.from_mapping({"port": None})
+    path = tmp_path / "preflight.json"
+    path.write_text(json.dumps({"maxNumSeqs": None, "maxModelLen": 98304, "model": "x"}))
+    assert main(["preflight", "--config", str(path), "--root", str(gb300), "--only", "port"]) == 0
 
 
 def test_config_camel_case_defaults_and_unknown_keys() -> None:

@@ -698,7 +698,8 @@ def kv_cache(ctx: Context) -> CheckResult:
     args = (total, cfg.gpu_memory_utilization, weights, overhead, cfg.max_model_len)
     mine = kvcache.estimate(geometry, dtype, *args)
     alt = kvcache.estimate(geometry, other, *args)
-    demand = cfg.max_model_len * cfg.max_num_seqs
+    # maxNumSeqs unset (null): vLLM picks it; the capacity is still checked against one full request
+    demand = cfg.max_model_len * cfg.max_num_seqs if cfg.max_num_seqs is not None else None
     measured = kvcache.measured_from_logs(ctx.host_path(cfg.paths.logs))
     details: dict[str, Any] = {
         "sources": sources,
@@ -726,7 +727,11 @@ def kv_cache(ctx: Context) -> CheckResult:
         figure += f"; last run's vLLM reported {measured.tokens:,} tokens"
         if measured.concurrency is not None:
             figure += f" ({measured.concurrency:g}x)"
-    threshold = f"maxNumSeqs {cfg.max_num_seqs} × maxModelLen {cfg.max_model_len:,} = {demand:,} tokens"
+    threshold = (
+        f"maxNumSeqs {cfg.max_num_seqs} × maxModelLen {cfg.max_model_len:,} = {demand:,} tokens"
+        if demand is not None
+        else f"one maxModelLen {cfg.max_model_len:,}-token request (maxNumSeqs unset: vLLM's default)"
+    )
     if mine.budget_bytes <= 0 and measured is None:
         usable = round(total * cfg.gpu_memory_utilization)
         return CheckResult(
@@ -750,7 +755,7 @@ def kv_cache(ctx: Context) -> CheckResult:
             "lower maxModelLen, raise gpuMemoryUtilization, use kvCacheDtype fp8, or free GPU memory",
             details,
         )
-    if tokens < demand:
+    if demand is not None and tokens < demand:
         return CheckResult(
             "kv-cache",
             Status.WARN,

@@ -80,7 +80,7 @@ def build_config(args: argparse.Namespace) -> PreflightConfig:
             setattr(config, dest, value)
     if not 0 < config.gpu_memory_utilization <= 1:
         raise UsageError(f"gpuMemoryUtilization must be in (0, 1], got {config.gpu_memory_utilization}")
-    if config.max_model_len <= 0 or config.max_num_seqs <= 0:
+    if config.max_model_len <= 0 or (config.max_num_seqs is not None and config.max_num_seqs <= 0):
         raise UsageError("maxModelLen and maxNumSeqs must be positive")
     if config.runtime is not None:
         rt.runtime_name(config.runtime)  # docker, podman or an absolute path to one: a usage error otherwise

@@ -109,7 +109,7 @@ class PreflightConfig:
     max_file_pages_gib: float = 4.0
     gpu_memory_utilization: float = 0.94
     max_model_len: int = 1048576
-    max_num_seqs: int = 256
+    max_num_seqs: int | None = 256  # null in the JSON: not set, vLLM picks its own
     kv_cache_dtype: str = "fp8"
     runtime: str | None = None
     image: str | None = None
@@ -172,9 +172,15 @@ def _load_fields(cls: type, data: Mapping[str, Any], prefix: str, skip: Iterable
     return out
 
 
+# The module writes null for a vLLM setting left unset ("null: vLLM's default"). These stand for it.
+VLLM_DEFAULTS: dict[str, Any] = {"gpuMemoryUtilization": 0.9, "kvCacheDtype": "auto", "maxNumSeqs": None}
+
+
 def _coerce(key: str, value: Any, default: Any) -> Any:
     """Type-check one value against its default's type (None allowed where the default is None)."""
     if value is None:
+        if key in VLLM_DEFAULTS:
+            return VLLM_DEFAULTS[key]
         if default is None:
             return None
         raise UsageError(f"preflight config: '{key}' must not be null")

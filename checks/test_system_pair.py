@@ -1,0 +1,261 @@
+"""Tier `system`, the pair: station-a (head) and station-b (worker) as NixOS renders them, each in its own
+booted machine, joined by a veth "rail" named like the example's (cx8r1, 192.168.100.1/30 ↔ .2/30) in
+two network namespaces this test makes — the only addresses the traffic goes to besides loopback.
+
+Test-only differences are named in checks/system/render.nix (no CDI GPU, no /dev/infiniband, the
+test image by digest, memlock at this sandbox's limit). Each namespace gets its own docker-registry on
+its own 127.0.0.1, serving the same storage. The head's engine prints an NCCL log excerpt written by
+the test (/var/lib/vllm-station/engine.log), which the head's `station nccl-check` reads from the journal.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from nixenv import CACHE, REPO, require_nix, require_tree
+from system.images import Registry, build_sim_image
+from system.station import Station, render, station_venv
+from test_system import API_KEY, API_KEY_PATH, FIGURES, _free_port, _require_tools
+
+pytestmark = pytest.mark.system
+
+NCCL = REPO / "pkgs" / "station-tools" / "tests" / "data" / "nccl"
+MODEL_DIR = "/var/lib/vllm-station-models/glm53"
+REVISION = (
+    "5f0c6e1d2b3a49788c7d6e5f4a3b2c1d0e9f8a7b"  # checks/examples/station-{a,b}.nix
+)
+HEAD_IP, WORKER_IP = "192.168.100.1", "192.168.100.2"
+SERVE = "vllm-station.service"
+BEACON = "vllm-station-pair-beacon.service"
+ENGINE_LOG = "/var/lib/vllm-station/engine.log"
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)
+
+
+@dataclass
+class Pair:
+    head: Station
+    worker: Station
+
+
+def _netns(a: str, b: str) -> None:
+    for ns in (a, b):
+        subprocess.run(["ip", "netns", "del", ns], check=False, capture_output=True)
+        _ip("netns", "add", ns)
+        _ip("-n", ns, "link", "set", "lo", "up")
+    _ip(
+        "link",
+        "add",
+        "cx8r1",
+        "netns",
+        a,
+        "mtu",
+        "9000",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "cx8r1",
+        "netns",
+        b,
+        "mtu",
+        "9000",
+    )
+    for ns, address in ((a, HEAD_IP), (b, WORKER_IP)):
+        _ip("-n", ns, "addr", "add", f"{address}/30", "dev", "cx8r1")
+        _ip("-n", ns, "link", "set", "cx8r1", "up")
+
+
+def _checkpoint(var: Path) -> None:
+    """A real 50-shard checkpoint (tiny shards) in the model directory, as rsync'd from A to B."""
+    sys.path.insert(0, str(REPO / "pkgs" / "station-tools" / "tests"))
+    from hubserver import make_checkpoint
+
+    directory = var / MODEL_DIR.removeprefix("/var/")
+    make_checkpoint(directory, shards=50, tensors_per_shard=1, rows=2)
+    config = json.loads((directory / "config.json").read_text())
+    config.update(
+        num_hidden_layers=78,
+        kv_lora_rank=512,
+        qk_rope_head_dim=64,
+        num_attention_heads=64,
+    )
+    (directory / "config.json").write_text(json.dumps(config, indent=2))
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
+    require_nix()
+    tree = require_tree(
+        "NIXOS_TREE", "nixos/lib/eval-config.nix", "the system tier (rendered units)"
+    )
+    _require_tools()
+    port = _free_port()
+    host_registry = Registry(CACHE / "system" / "registry", port)
+    host_registry.start()
+    namespaces = ("station-sys-a", "station-sys-b")
+    registries: list[Registry] = []
+    stations: list[Station] = []
+    try:
+        image = build_sim_image(host_registry, tmp_path_factory.mktemp("image"))
+        host_registry.stop()
+        _netns(*namespaces)
+        for ns in namespaces:
+            r = Registry(CACHE / "system" / "registry", port, netns=ns)
+            r.start()
+            registries.append(r)
+        bin_dir = station_venv(CACHE)
+        for example, ns, name in (
+            ("station-a", namespaces[0], "pair-a"),
+            ("station-b", namespaces[1], "pair-b"),
+        ):
+            rendered = render(str(tree), example, image)
+            st = Station(
+                rendered, Path(tmp_path_factory.mktemp(name)), name, bin_dir, netns=ns
+            )
+            _checkpoint(st.work / "var")
+            stations.append(st)
+            st.boot(runtime="docker")
+            m = st.machine
+            # the verified copy: the real `station verify`, then the revision both stamps must carry
+            m.run(
+                [
+                    str(bin_dir / "station"),
+                    "verify",
+                    MODEL_DIR,
+                    "--expect-arch",
+                    "GlmMoeDsaForCausalLM",
+                    "--expect-quant-algo",
+                    "MIXED_PRECISION",
+                    "--expect-shards",
+                    "50",
+                ],
+                timeout=120,
+            )
+            stamp = m.run(["cat", f"{MODEL_DIR}/.station-verified.json"]).stdout
+            m.write(
+                f"{MODEL_DIR}/.station-verified.json",
+                stamp.replace('"revision": null', f'"revision": "{REVISION}"'),
+            )
+        head, worker = stations
+        head.machine.write(API_KEY_PATH, API_KEY + "\n", mode=0o600)
+        head.machine.write(ENGINE_LOG, (NCCL / "gdrdma.log").read_text())
+        for st in stations:
+            st.machine.write("/run/station-test/drop_caches", "")
+            st.machine.run(
+                [
+                    "mount",
+                    "--bind",
+                    "/run/station-test/drop_caches",
+                    "/proc/sys/vm/drop_caches",
+                ]
+            )
+        yield Pair(head, worker)
+    finally:
+        for st in stations:
+            for unit in (SERVE, BEACON):
+                print(
+                    f"---- {st.name}: {unit} ----\n"
+                    + "\n".join(st.machine.journal(unit).splitlines()[-30:]),
+                    file=sys.stderr,
+                )
+            st.stop()
+        for r in registries:
+            r.stop()
+        host_registry.stop()
+        for ns in namespaces:
+            subprocess.run(["ip", "netns", "del", ns], check=False, capture_output=True)
+
+
+def _realtime(st: Station, unit: str, prop: str) -> int:
+    value = st.machine.show(unit, prop)[prop]
+    return int(value or 0)
+
+
+def test_the_head_waits_for_the_worker_then_starts_after_it(pair: Pair) -> None:
+    head, worker = pair.head, pair.worker
+    head.machine.run(["systemctl", "start", "--no-block", SERVE])
+    head.wait_for(
+        "the head's wait for the worker",
+        lambda: "waiting up to" in head.machine.journal(SERVE),
+        60,
+    )
+    time.sleep(5)
+    assert head.state()["ActiveState"] == "activating", (
+        "the head holds its start while the worker is down"
+    )
+    assert "vllm-serve-args" not in head.machine.journal(SERVE), (
+        "no engine before the worker is up"
+    )
+    t0 = time.monotonic()
+    worker.machine.systemctl("start", SERVE, timeout=180)
+    assert worker.state()["ActiveState"] == "active"
+    worker.wait_state("active", 60, BEACON)
+    head.wait_state("active", 240)
+    FIGURES.record(
+        "pair: worker start to head active (s)", round(time.monotonic() - t0, 1)
+    )
+    beacon_up = _realtime(worker, BEACON, "ActiveEnterTimestampMonotonic")
+    head_engine = _realtime(head, SERVE, "ExecMainStartTimestampMonotonic")
+    assert 0 < beacon_up < head_engine, (
+        "the head's engine started after the worker's beacon was up"
+    )
+    journal = head.machine.journal(SERVE)
+    assert f"worker {WORKER_IP} is up" in journal
+    assert journal.index(f"worker {WORKER_IP} is up") < journal.index(
+        "vllm-serve-args"
+    ), "engine after the beacon"
+    # wait-ready, then nccl-check on the GPUDirect RDMA excerpt: the head is active
+    assert "ready after" in journal
+    assert "GPUDirect RDMA" in journal or "GDRDMA" in journal, journal[-2000:]
+
+
+def test_the_worker_stops_after_the_head(pair: Pair) -> None:
+    head, worker = pair.head, pair.worker
+    worker.machine.run(["systemctl", "stop", "--no-block", SERVE])
+    worker.wait_for(
+        "the worker's wait for the head",
+        lambda: "waiting for the head" in worker.machine.journal(BEACON),
+        30,
+    )
+    time.sleep(3)
+    assert worker.state()["ActiveState"] in ("active", "deactivating"), (
+        "the worker holds while the head runs"
+    )
+    t0 = time.monotonic()
+    head.machine.systemctl("stop", SERVE, timeout=120)
+    worker.wait_state("inactive", 60)
+    FIGURES.record(
+        "pair: head stopped to worker stopped (s)", round(time.monotonic() - t0, 1)
+    )
+    # one kernel, one CLOCK_MONOTONIC: the machines' timestamps compare directly
+    head_down = _realtime(head, SERVE, "InactiveEnterTimestampMonotonic")
+    worker_down = _realtime(worker, SERVE, "InactiveEnterTimestampMonotonic")
+    assert 0 < head_down < worker_down, (head_down, worker_down)
+    assert "is down; stopping the worker" in worker.machine.journal(BEACON)
+
+
+def test_a_socket_fallback_fails_the_heads_start(pair: Pair) -> None:
+    head, worker = pair.head, pair.worker
+    head.machine.write(ENGINE_LOG, (NCCL / "socket.log").read_text())
+    worker.machine.systemctl("start", SERVE, timeout=180)
+    proc = head.machine.run(["systemctl", "start", SERVE], check=False, timeout=240)
+    assert proc.returncode != 0, "nccl-check refuses a start over sockets"
+    s = head.state()
+    assert s["ActiveState"] != "active" and s["Result"] == "exit-code", s
+    journal = head.machine.journal(SERVE)
+    assert (
+        "Socket" in journal.split("station nccl-check")[-1]
+        or "socket" in journal.lower()
+    )
+    head.machine.systemctl("stop", SERVE, check=False, timeout=120)
+    worker.machine.systemctl("stop", SERVE, check=False, timeout=120)
