@@ -1,9 +1,9 @@
 """A real systemd (252, Debian's) booted as PID 1 of a systemd-nspawn container over a volatile root.
 
 `--volatile=yes` gives the machine this host's /usr read-only and a fresh tmpfs for everything else, so
-every boot starts clean. Binds: the mapped store (read-only at /nix/store), the repo and the Python the
-dev venv uses (read-only, for the `station` entry points), and an exchange directory. The machine shares
-the host's network (loopback only is used). Its memory is capped through a cgroup-v1 memory group.
+every boot starts clean. The caller binds what a station would have (station.py: the mapped store at
+/nix/store, the `station` venv, /var on disk). The machine shares the host's network, or joins a network
+namespace the test made. Its memory is capped through a cgroup-v1 memory group.
 Commands run inside with `nsenter` into the container's PID 1 namespaces.
 """
 

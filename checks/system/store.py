@@ -73,7 +73,7 @@ PACKAGES: dict[str, Mapping] = {
         (("lib/locale/locale-archive", "/usr/lib/locale/locale-archive"),)
     ),
 }
-# pname of the project's own package: its programs are the dev venv's entry points (set by the harness).
+# pname of the project's own package: its programs are the station venv's entry points (station.py).
 STATION_PNAME = "vllm-station"
 
 
