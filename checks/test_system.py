@@ -16,92 +16,47 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 from nixenv import CACHE, REPO, require_nix, require_tree
+from system.common import (
+    API_KEY,
+    FIGURES,
+    TESTS,
+    free_port,
+    glm_checkpoint,
+    require_tools,
+)
 from system.images import Registry, build_sim_image
-from system.station import Station, render, station_venv
+from system.station import API_KEY_PATH, DROP_CACHES, Station, render, station_venv
 
 pytestmark = pytest.mark.system
 
-TOOLS = {
-    "systemd-nspawn": "systemd-container",
-    "dockerd": "docker.io",
-    "podman": "podman",
-    "runc": "runc",
-    "docker-registry": "docker-registry",
-}
 FLASH_REVISION = (
     "9c1e0d2f4a6b8c0e1f3a5b7c9d1e3f5a7b9c0d2e"  # checks/examples/flash-station.nix
 )
 FLASH_REPO = "nvidia/GLM-5.3-Flash-NVFP4"
 MODEL_DIR = "/var/lib/vllm-station-models/glm53-flash"
 STAMP = f"{MODEL_DIR}/.station-verified.json"
-API_KEY = "sk-system-tier-0123456789"
 SERVE = "vllm-station.service"
 DOWNLOAD = "vllm-station-download-glm53-flash.service"
 # RestartSec is the real 60 s for the first restart; later restarts use this drop-in (stated here).
 FAST_RESTART = "[Service]\nRestartSec=2\n"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def _require_tools() -> None:
-    missing = [
-        pkg
-        for tool, pkg in TOOLS.items()
-        if shutil.which(tool) is None and not Path(f"/usr/sbin/{tool}").exists()
-    ]
-    if missing:
-        pytest.skip(
-            f"system tier needs Debian packages {' '.join(missing)} (scripts/check installs them)"
-        )
-    if os.geteuid() != 0:
-        pytest.skip("system tier needs root (systemd-nspawn, dockerd)")
-
-
-@dataclass
-class Figures:
-    values: dict[str, float | str] = field(default_factory=dict)
-
-    def record(self, key: str, value: float | str) -> None:
-        self.values[key] = value
-        print(f"system figure: {key} = {value}", file=sys.stderr)
-
-
-FIGURES = Figures()
-
-
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    sys.path.insert(0, str(REPO / "pkgs" / "station-tools" / "tests"))
-    from hubserver import FakeHub, HubState, make_checkpoint, repo_from_dir
+    sys.path.insert(0, str(TESTS))
+    from hubserver import FakeHub, HubState, repo_from_dir
 
     ckpt = tmp_path_factory.mktemp("ckpt")
-    make_checkpoint(ckpt, shards=3, tensors_per_shard=2)
-    # GLM-5.3-Flash's attention geometry (MLA, 12 layers × 576), so preflight's KV check reads a real config
-    config = json.loads((ckpt / "config.json").read_text())
-    config.update(
-        num_hidden_layers=12,
-        kv_lora_rank=512,
-        qk_rope_head_dim=64,
-        num_attention_heads=64,
-    )
-    (ckpt / "config.json").write_text(json.dumps(config, indent=2))
+    glm_checkpoint(ckpt, shards=3, layers=12)  # GLM-5.3-Flash: 12 MLA layers
     state = HubState(
         repo=FLASH_REPO, files=repo_from_dir(FLASH_REPO, ckpt), commit=FLASH_REVISION
     )
@@ -116,8 +71,8 @@ def flash(hub: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Statio
     tree = require_tree(
         "NIXOS_TREE", "nixos/lib/eval-config.nix", "the system tier (rendered units)"
     )
-    _require_tools()
-    registry = Registry(CACHE / "system" / "registry", _free_port())
+    require_tools()
+    registry = Registry(CACHE / "system" / "registry", free_port())
     registry.start()
     station = None
     try:
@@ -137,25 +92,12 @@ def flash(hub: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Statio
         FIGURES.record("machine boot (s)", round(station.machine.boot_seconds, 1))
         m = station.machine
         m.write(API_KEY_PATH, API_KEY + "\n", mode=0o600)
-        # drop_caches of the machine is this file (the host kernel's page cache stays; the write is read back)
-        m.write("/run/station-test/drop_caches", "")
-        m.run(
-            [
-                "mount",
-                "--bind",
-                "/run/station-test/drop_caches",
-                "/proc/sys/vm/drop_caches",
-            ]
-        )
         yield station
     finally:
         if station is not None:
             _dump(station)
             station.stop()
         registry.stop()
-
-
-API_KEY_PATH = "/run/secrets/vllm-api-key"
 
 
 def _dump(station: Station) -> None:
@@ -322,7 +264,7 @@ def test_first_start_runs_the_sequence_then_is_active_only_when_serving(
     assert positions == sorted(positions), (
         f"ExecStartPre order: {dict(zip(order, positions, strict=True))}"
     )
-    assert m.run(["cat", "/run/station-test/drop_caches"]).stdout.strip() == "1", (
+    assert m.run(["cat", DROP_CACHES]).stdout.strip() == "1", (
         "prestart wrote drop_caches"
     )
     # the container got exactly the rendered vLLM arguments, and the key by environment only
@@ -499,6 +441,4 @@ def test_stop_uses_the_runtime_stop_path_and_leaves_no_running_container(
     assert exit_code == "0", (
         "the engine got SIGTERM and exited by itself (137 would be the timeout's SIGKILL)"
     )
-    assert (
-        '"stop" "-t" "60" "vllm-station"' in st.unit()
-    )
+    assert '"stop" "-t" "60" "vllm-station"' in st.unit()

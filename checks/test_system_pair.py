@@ -10,7 +10,6 @@ the test (/var/lib/vllm-station/engine.log), which the head's `station nccl-chec
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import time
@@ -20,9 +19,9 @@ from pathlib import Path
 
 import pytest
 from nixenv import CACHE, REPO, require_nix, require_tree
+from system.common import API_KEY, FIGURES, free_port, glm_checkpoint, require_tools
 from system.images import Registry, build_sim_image
-from system.station import Station, render, station_venv
-from test_system import API_KEY, API_KEY_PATH, FIGURES, _free_port, _require_tools
+from system.station import API_KEY_PATH, Station, render, station_venv
 
 pytestmark = pytest.mark.system
 
@@ -75,31 +74,14 @@ def _netns(a: str, b: str) -> None:
         _ip("-n", ns, "link", "set", "cx8r1", "up")
 
 
-def _checkpoint(var: Path) -> None:
-    """A real 50-shard checkpoint (tiny shards) in the model directory, as rsync'd from A to B."""
-    sys.path.insert(0, str(REPO / "pkgs" / "station-tools" / "tests"))
-    from hubserver import make_checkpoint
-
-    directory = var / MODEL_DIR.removeprefix("/var/")
-    make_checkpoint(directory, shards=50, tensors_per_shard=1, rows=2)
-    config = json.loads((directory / "config.json").read_text())
-    config.update(
-        num_hidden_layers=78,
-        kv_lora_rank=512,
-        qk_rope_head_dim=64,
-        num_attention_heads=64,
-    )
-    (directory / "config.json").write_text(json.dumps(config, indent=2))
-
-
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
     require_nix()
     tree = require_tree(
         "NIXOS_TREE", "nixos/lib/eval-config.nix", "the system tier (rendered units)"
     )
-    _require_tools()
-    port = _free_port()
+    require_tools()
+    port = free_port()
     host_registry = Registry(CACHE / "system" / "registry", port)
     host_registry.start()
     namespaces = ("station-sys-a", "station-sys-b")
@@ -122,7 +104,9 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
             st = Station(
                 rendered, Path(tmp_path_factory.mktemp(name)), name, bin_dir, netns=ns
             )
-            _checkpoint(st.work / "var")
+            glm_checkpoint(
+                st.work / "var" / MODEL_DIR.removeprefix("/var/"), shards=50, layers=78
+            )  # as rsync'd A→B
             stations.append(st)
             st.boot(runtime="docker")
             m = st.machine
@@ -149,16 +133,6 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
         head, worker = stations
         head.machine.write(API_KEY_PATH, API_KEY + "\n", mode=0o600)
         head.machine.write(ENGINE_LOG, (NCCL / "gdrdma.log").read_text())
-        for st in stations:
-            st.machine.write("/run/station-test/drop_caches", "")
-            st.machine.run(
-                [
-                    "mount",
-                    "--bind",
-                    "/run/station-test/drop_caches",
-                    "/proc/sys/vm/drop_caches",
-                ]
-            )
         yield Pair(head, worker)
     finally:
         for st in stations:

@@ -30,6 +30,8 @@ CHECKS = HERE.parent
 
 SERVE_UNIT = "vllm-station.service"
 API_KEY_PATH = "/run/secrets/vllm-api-key"
+# The machine's drop_caches is this file: prestart's write is read back, the host's page cache stays.
+DROP_CACHES = "/run/station-test/drop_caches"
 
 # dockerd as a station runs it, minus what this sandbox cannot give (iptables, ip_forward, a bridge):
 # the containers use the host's network (`--network=host`, as rendered).
@@ -204,6 +206,8 @@ class Station:
             for parent in Path(dest).parents:
                 if str(parent) != "/":
                     m.run(["chmod", "o+x", str(parent)])
+        m.write(DROP_CACHES, "")
+        m.run(["mount", "--bind", DROP_CACHES, "/proc/sys/vm/drop_caches"])
         if self.netns:
             # /sys/class/net shows the network namespace that mounted sysfs (the host's): show the machine's
             m.run(["mkdir", "-p", "/run/netns-sysfs"])
