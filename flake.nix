@@ -86,6 +86,7 @@
         flash-station = example "aarch64-linux" ./checks/examples/flash-station.nix;
         station-a = example "aarch64-linux" ./checks/examples/station-a.nix;
         station-b = example "aarch64-linux" ./checks/examples/station-b.nix;
+        cpu-station = example "x86_64-linux" ./checks/examples/cpu-station.nix;
       };
 
       checks = forAllSystems (

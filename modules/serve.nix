@@ -801,7 +801,8 @@ in
 
       virtualisation.docker.enable = lib.mkIf (isContainer && cfg.runtime == "docker") (lib.mkDefault true);
       virtualisation.podman.enable = lib.mkIf (isContainer && cfg.runtime == "podman") (lib.mkDefault true);
-      hardware.nvidia-container-toolkit.enable = lib.mkIf isContainer (lib.mkDefault true);
+      # CDI devices come from the toolkit; a station without GPU devices (vLLM's CPU build) needs none.
+      hardware.nvidia-container-toolkit.enable = lib.mkIf (isContainer && cfg.gpuDevices != [ ]) (lib.mkDefault true);
 
       networking.firewall.allowedTCPPorts = lib.mkIf (cfg.openFirewall && !cfg.headless) [ cfg.port ];
 

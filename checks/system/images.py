@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import tarfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import httpx
 
@@ -40,10 +41,10 @@ STDLIB_SKIP = {
 }
 
 
-def podman(*args: str, timeout: float = 600, input: bytes | None = None) -> str:
+def podman(*args: str, timeout: float = 600, stdin: BinaryIO | None = None) -> str:
     proc = subprocess.run(
         ["podman", "--runtime", "/usr/sbin/runc", *args],
-        input=input,
+        stdin=stdin,
         capture_output=True,
         timeout=timeout,
         check=False,
@@ -164,89 +165,113 @@ def _libraries(files: list[Path]) -> set[Path]:
     return libs
 
 
-def _tree_hash(paths: list[Path]) -> str:
+def _tree_hash(paths: list[Path], *, contents: bool = True) -> str:
+    """A tag for the image's inputs: file contents, or (for trees of GBs) paths, sizes and mtimes."""
     h = hashlib.sha256()
     for root in sorted(paths):
-        files = (
-            [root]
-            if root.is_file()
-            else sorted(
-                p
-                for p in root.rglob("*")
-                if p.is_file() and "__pycache__" not in p.parts
-            )
-        )
+        files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
         for f in files:
             h.update(str(f).encode())
-            h.update(f.read_bytes())
+            if contents:
+                h.update(f.read_bytes())
+            else:
+                st = f.stat()
+                h.update(f"{st.st_size}:{st.st_mtime_ns}".encode())
     return h.hexdigest()[:16]
 
 
 def _add(tar: tarfile.TarFile, src: Path, dest: str) -> None:
-    tar.add(
-        src, arcname=dest, filter=lambda ti: None if "__pycache__" in ti.name else ti
-    )
+    tar.add(src, arcname=dest, filter=lambda ti: None if "__pycache__" in ti.name else ti)
 
 
-def build_sim_image(registry: Registry, work: Path) -> str:
-    """Build (when its inputs changed), push and return `ADDRESS/station-sim@sha256:…`."""
-    site = _site_modules()
-    tag = _tree_hash([SRC, HERE / "image", Path(__file__).resolve(), *site])
-    digest = registry.digest_of("station-sim", tag)
+def _publish(
+    registry: Registry, work: Path, name: str, tag: str, fill: Callable[[tarfile.TarFile], None], changes: list[str]
+) -> str:
+    """Build the image from a rootfs tar (when the registry lacks NAME:TAG), push it, return it by digest."""
+    digest = registry.digest_of(name, tag)
     if digest is None:
         work.mkdir(parents=True, exist_ok=True)
-        archive = work / "sim-rootfs.tar"
-        binaries = [
-            PYTHON,
-            *STDLIB.glob("lib-dynload/*.so"),
-            *(p for s in site for p in ([s] if s.is_file() else s.rglob("*.so"))),
-        ]
+        archive = work / f"{name}-rootfs.tar"
         with tarfile.open(archive, "w") as tar:
-            _add(tar, PYTHON, "usr/bin/python3.11")
-            for entry in sorted(STDLIB.iterdir()):
-                if (
-                    entry.name not in STDLIB_SKIP
-                    and entry.name != "site-packages"
-                    and entry.name != "dist-packages"
-                ):
-                    _add(tar, entry, f"usr/lib/python3.11/{entry.name}")
-            for lib in sorted(_libraries(binaries)):
-                _add(tar, Path(os.path.realpath(lib)), str(lib).lstrip("/"))
-            for s in site:
-                _add(tar, s, f"{SITE}/{s.name}")
-            _add(tar, SRC, f"{SITE}/vllm_station")
-            _add(tar, HERE / "image" / "vllm_serve.py", "opt/shim/vllm_serve.py")
+            fill(tar)
             for d in ("tmp", "var/tmp"):
                 ti = tarfile.TarInfo(d)
                 ti.type = tarfile.DIRTYPE
                 ti.mode = 0o1777
                 tar.addfile(ti)
-        local = f"localhost/station-sim:{tag}"
+        local = f"localhost/{name}:{tag}"
+        args = [arg for change in changes for arg in ("--change", change)]
         with archive.open("rb") as f:
-            podman(
-                "import",
-                "--change",
-                'ENTRYPOINT ["/usr/bin/python3.11", "/opt/shim/vllm_serve.py"]',
-                "--change",
-                "ENV PYTHONDONTWRITEBYTECODE=1",
-                "-",
-                local,
-                input=f.read(),
-            )
-        podman(
-            "push",
-            "--tls-verify=false",
-            local,
-            f"docker://{registry.address}/station-sim:{tag}",
-        )
-        digest = registry.digest_of("station-sim", tag)
+            podman("import", *args, "-", local, stdin=f)
         archive.unlink()
+        podman("push", "--tls-verify=false", local, f"docker://{registry.address}/{name}:{tag}", timeout=1200)
+        podman("rmi", local)
+        digest = registry.digest_of(name, tag)
         if digest is None:
-            raise AssertionError(
-                f"pushed station-sim:{tag} but the registry serves no digest for it"
-            )
-    return f"{registry.address}/station-sim@{digest}"
+            raise AssertionError(f"pushed {name}:{tag} but the registry serves no digest for it")
+    return f"{registry.address}/{name}@{digest}"
 
 
-def clean(path: Path) -> None:
-    shutil.rmtree(path, ignore_errors=True)
+def _add_python(tar: tarfile.TarFile, python: Path, stdlib: Path, dest_stdlib: str) -> None:
+    _add(tar, python, str(python).lstrip("/"))
+    for entry in sorted(stdlib.iterdir()):
+        if entry.name not in STDLIB_SKIP and entry.name not in ("site-packages", "dist-packages"):
+            _add(tar, entry, f"{dest_stdlib}/{entry.name}")
+
+
+def _add_libraries(tar: tarfile.TarFile, binaries: list[Path], inside: tuple[Path, ...] = ()) -> None:
+    """The shared libraries `binaries` load, except those under `inside` (already in the image)."""
+    for lib in sorted(_libraries(binaries)):
+        if not any(lib.is_relative_to(root) for root in inside):
+            _add(tar, Path(os.path.realpath(lib)), str(lib).lstrip("/"))
+
+
+def build_sim_image(registry: Registry, work: Path) -> str:
+    """`station simulate` behind `vllm serve`'s arguments on Debian's python3.11 (see the module doc)."""
+    site = _site_modules()
+    tag = _tree_hash([SRC, HERE / "image", Path(__file__).resolve(), *site])
+
+    def fill(tar: tarfile.TarFile) -> None:
+        _add_python(tar, PYTHON, STDLIB, "usr/lib/python3.11")
+        binaries = [PYTHON, *STDLIB.glob("lib-dynload/*.so"), *(p for s in site for p in ([s] if s.is_file() else s.rglob("*.so")))]
+        _add_libraries(tar, binaries)
+        for s in site:
+            _add(tar, s, f"{SITE}/{s.name}")
+        _add(tar, SRC, f"{SITE}/vllm_station")
+        _add(tar, HERE / "image" / "vllm_serve.py", "opt/shim/vllm_serve.py")
+
+    changes = ['ENTRYPOINT ["/usr/bin/python3.11", "/opt/shim/vllm_serve.py"]', "ENV PYTHONDONTWRITEBYTECODE=1"]
+    return _publish(registry, work, "station-sim", tag, fill, changes)
+
+
+def build_vllm_image(registry: Registry, work: Path, venv: Path) -> str:
+    """Real vLLM (CPU build): the vLLM venv and the Python it was made from, at the same paths, with the
+    shared libraries they load; entrypoint `vllm serve` like vllm/vllm-openai's. Tagged by the trees'
+    paths, sizes and mtimes (hashing 2.5 GB every run would cost more than the check)."""
+    python = Path(os.path.realpath(venv / "bin" / "python"))
+    home = python.parent.parent
+    stdlib = home / "lib" / python.name  # python3.11 → lib/python3.11
+    tag = _tree_hash([venv, Path(__file__).resolve()], contents=False)
+
+    def fill(tar: tarfile.TarFile) -> None:
+        _add_python(tar, python, stdlib, str(stdlib).lstrip("/"))
+        for lib in home.glob("lib/libpython*.so*"):
+            _add(tar, lib, str(lib).lstrip("/"))
+        for link in home.glob("bin/python*"):  # the venv's python3/python point at these names
+            if link.is_symlink():
+                _add(tar, link, str(link).lstrip("/"))
+        _add(tar, venv, str(venv).lstrip("/"))
+        # vLLM's CPU platform asks `lscpu` for the topology, through /bin/sh
+        tools = {"bin/sh": Path(os.path.realpath("/bin/sh")), "usr/bin/lscpu": Path("/usr/bin/lscpu")}
+        for dest, tool in tools.items():
+            _add(tar, tool, dest)
+        binaries = [python, *tools.values(), *stdlib.glob("lib-dynload/*.so"), *venv.rglob("*.so*")]
+        _add_libraries(tar, binaries, (home, venv))
+
+    changes = [
+        f'ENTRYPOINT ["{venv}/bin/vllm", "serve"]',
+        "ENV HF_HUB_OFFLINE=1",
+        "ENV TRANSFORMERS_OFFLINE=1",
+        "ENV VLLM_NO_USAGE_STATS=1",
+    ]
+    return _publish(registry, work, "station-vllm-cpu", tag, fill, changes)

@@ -201,28 +201,20 @@ class Machine:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(timeout=10)
         group = MEMORY_CGROUP / f"station-system-{self.name}"
-        # whatever outlived nspawn (an orphaned PID 1, a container's processes) goes with its group
+        leftovers = [group, *(c / name for c in Path("/sys/fs/cgroup").iterdir() for name in self.cgroups)]
+        # whatever outlived nspawn (an orphaned PID 1, dockerd's containers) goes with its cgroups
         for _ in range(20):
-            try:
-                pids = (group / "cgroup.procs").read_text().split()
-            except OSError:
-                break
+            pids = [
+                pid for tree in leftovers if tree.is_dir() for f in tree.rglob("cgroup.procs") for pid in _read_pids(f)
+            ]
             if not pids:
                 break
             for pid in pids:
                 try:
-                    os.kill(int(pid), signal.SIGKILL)
+                    os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
             time.sleep(0.2)
-        leftovers = [
-            group,
-            *(
-                c / name
-                for c in Path("/sys/fs/cgroup").iterdir()
-                for name in self.cgroups
-            ),
-        ]
         for tree in leftovers:
             _remove_cgroup_tree(tree)
 
@@ -244,3 +236,10 @@ def _remove_cgroup_tree(root: Path) -> None:
         root.rmdir()
     except OSError as err:
         print(f"could not remove {root}: {err}", file=sys.stderr)
+
+
+def _read_pids(procs: Path) -> list[int]:
+    try:
+        return [int(p) for p in procs.read_text().split()]
+    except OSError:
+        return []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import time
 from typing import Any
 
@@ -166,3 +167,32 @@ def test_usage_errors_exit_2(args: list[str], needle: str, capsys: pytest.Captur
     code = wait_ready("--base-url", f"http://127.0.0.1:{free_port()}", *args)
     assert code == 2
     assert needle in capsys.readouterr().err
+
+
+def test_server_process_exit_ends_the_wait(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Under systemd the engine is $MAINPID: once it died, probing a dead port for 540 s only delays the
+    restart (found by the system tier: a container that could not exec waited out the whole timeout)."""
+    proc = subprocess.Popen(["sleep", "0.5"])
+    monkeypatch.setenv("MAINPID", str(proc.pid))
+    t0 = time.monotonic()
+    rc = main(
+        [
+            "wait-ready",
+            "--base-url",
+            f"http://127.0.0.1:{free_port()}",
+            "--timeout",
+            "60",
+            "--interval",
+            "0.2",
+        ]
+    )
+    proc.wait()
+    assert rc == 1 and time.monotonic() - t0 < 10
+    assert f"the server process (pid {proc.pid}) exited before it was ready" in capsys.readouterr().err
+
+
+def test_watch_pid_must_be_a_pid(capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["wait-ready", "--base-url", "http://127.0.0.1:1", "--watch-pid", "0"])
+    assert rc == 2 and "--watch-pid must be a process id" in capsys.readouterr().err

@@ -7,15 +7,20 @@ Ready means both: GET /health answers 200, and a 1-token completion succeeds (PO
 Exit codes: 0 ready; 1 not ready before --timeout (the message names the last reason), or a failure that
 waiting cannot fix (the server answers 401/403/4xx to the probe: wrong key or model name); 2 bad
 arguments; 3 nothing ever answered at the address. Progress goes to stderr every --interval seconds.
+
+Under systemd (`ExecStartPost=`) the server's process is `$MAINPID`: when it exits, waiting is over at
+once (exit 1), instead of probing a dead address until --timeout.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from vllm_station.api import ApiClient, ApiError, ApiUnreachable, HttpStatusError, load_api_key
 from vllm_station.errors import EXIT_OK, CheckFailed, Unreachable, UsageError
@@ -34,6 +39,7 @@ class Options:
     timeout_s: float = 900.0
     interval_s: float = 5.0
     api_key_file: str | None = None
+    watch_pid: int | None = None  # give up as soon as this process is gone (the unit's main process)
 
 
 @dataclass
@@ -45,7 +51,7 @@ class Outcome:
     reason: str  # the last failure, or what succeeded
     reached: bool  # did anything ever answer at the address?
     gave_up: bool = False  # a failure that waiting cannot fix ended the wait early
-
+    exited: bool = False  # the watched server process exited
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -60,6 +66,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--api-key-file", help="file holding the API key (default: $STATION_API_KEY, else none)"
+    )
+    parser.add_argument(
+        "--watch-pid",
+        type=int,
+        help="stop waiting when this process exits (default: $MAINPID, which systemd sets for ExecStartPost)",
     )
 
 
@@ -142,10 +153,31 @@ def wait(
                 reason = str(err)
             now = clock()
             elapsed = now - start
+            if opts.watch_pid is not None and not _alive(opts.watch_pid):
+                reason = f"the server process (pid {opts.watch_pid}) exited before it was ready"
+                return Outcome(False, elapsed, attempts, model, reason, reached, exited=True)
             if now >= deadline:
                 return Outcome(False, elapsed, attempts, model, reason, reached)
             say(f"not ready after {elapsed:.0f} s (try {attempts}): {reason}")
             sleep(max(0.0, min(opts.interval_s - (now - probe_start), deadline - now)))
+
+
+def _alive(pid: int) -> bool:
+    """The process exists and has not exited (a zombie waiting for its parent counts as exited)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
+
+
+def _watch_pid(arg: int | None) -> int | None:
+    if arg is not None:
+        if arg <= 0:
+            raise UsageError(f"--watch-pid must be a process id, got {arg}")
+        return arg
+    value = os.environ.get("MAINPID", "")
+    return int(value) if value.isdigit() and int(value) > 0 else None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -155,6 +187,7 @@ def run(args: argparse.Namespace) -> int:
         timeout_s=args.timeout,
         interval_s=args.interval,
         api_key_file=args.api_key_file,
+        watch_pid=_watch_pid(args.watch_pid),
     )
 
     def progress(line: str) -> None:
@@ -164,6 +197,8 @@ def run(args: argparse.Namespace) -> int:
     if out.ready:
         print(f"ready after {out.elapsed_s:.1f} s ({out.attempts} tries): {out.reason}", flush=True)
         return EXIT_OK
+    if out.exited:
+        raise CheckFailed(f"{out.reason} ({out.elapsed_s:.0f} s, {out.attempts} tries): read its log")
     if not out.reached:
         raise Unreachable(
             f"nothing answered within {out.elapsed_s:.0f} s ({out.attempts} tries): {out.reason}"
