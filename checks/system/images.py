@@ -251,7 +251,8 @@ def build_vllm_image(registry: Registry, work: Path, venv: Path) -> str:
     python = Path(os.path.realpath(venv / "bin" / "python"))
     home = python.parent.parent
     stdlib = home / "lib" / python.name  # python3.11 → lib/python3.11
-    tag = _tree_hash([venv, Path(__file__).resolve()], contents=False)
+    # this file by content (a fresh clone's mtimes are new), the venv by stat
+    tag = _tree_hash([Path(__file__).resolve()])[:8] + _tree_hash([venv], contents=False)[:8]
 
     def fill(tar: tarfile.TarFile) -> None:
         _add_python(tar, python, stdlib, str(stdlib).lstrip("/"))
