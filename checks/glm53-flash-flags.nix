@@ -1,7 +1,10 @@
 # The seed's vLLM flags for GLM-5.3-Flash at full context, written out once as the tests' expectation
 # (module tests and the full NixOS evaluations compare the rendered command line against it).
+# Two differences from the recipe's command line, both deliberate: the model is the verified local
+# copy (the download entry `glm53-flash`), and `--host` is rendered (the recipe relied on vLLM's
+# default of all addresses). No `--kv-cache-dtype`: the fp8 KV cache comes from the checkpoint's config.
 host: [
-  "nvidia/GLM-5.3-Flash-NVFP4"
+  "/var/lib/vllm-station-models/glm53-flash"
   "--served-model-name"
   "glm-5.3-flash"
   "--host"
@@ -14,8 +17,6 @@ host: [
   "256"
   "--gpu-memory-utilization"
   "0.94"
-  "--kv-cache-dtype"
-  "fp8"
   "--enable-chunked-prefill"
   "--enable-prefix-caching"
   "--enable-auto-tool-choice"

@@ -84,7 +84,7 @@ def test_a_broken_expectation_fails() -> None:
       let
         lib = import {os.environ[TREE_VAR]}/lib;
         h = import {ENTRY}/harness.nix {{ inherit lib; }};
-        base = {{ services.vllm-station.serve = {{ enable = true; model = "m"; image = h.image; }}; }};
+        base = {{ services.vllm-station.serve = {{ enable = true; model = "/m"; image = h.image; }}; }};
         restartSec = expected: config: h.eq "RestartSec" (h.unit config).serviceConfig.RestartSec expected;
       in {{
         wrong = h.run "wrong" (h.check [ base ] (restartSec 5));

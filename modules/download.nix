@@ -1,7 +1,9 @@
 # services.vllm-station.download: one oneshot unit per model that fetches a pinned revision with
 # `station download` bound to NUMA node 0 (systemd's own NUMAPolicy, so the page cache of a 464 GB
 # download never lands in the GPU's HBM on node 1), then verifies it and writes
-# `<dir>/.station-verified.json`. The serving unit refuses to start on a local model without that stamp.
+# `<dir>/.station-verified.json`. The serving unit refuses to start on a local model without that stamp
+# (its start sequence, serve.nix); this module feeds it the expected revision and the unit names
+# through `serve.inputs.checkpoint` and never edits the serving unit itself.
 #
 # Checkpoints live under /var/lib/vllm-station-models, not in the serving unit's StateDirectory
 # (/var/lib/vllm-station): systemd chowns a StateDirectory to its unit's user, recursively when the
@@ -11,7 +13,6 @@
 {
   config,
   lib,
-  pkgs,
   utils,
   ...
 }:
@@ -20,7 +21,6 @@ let
     mkOption
     mkEnableOption
     mkIf
-    mkBefore
     types
     literalExpression
     ;
@@ -29,11 +29,11 @@ let
   cfg = top.download;
   serve = top.serve or { };
 
-  stampName = ".station-verified.json";
-  modelsRoot = "/var/lib/vllm-station-models";
-  cacheRoot = "/var/cache/vllm-station-download";
-  stampOf = dir: "${dir}/${stampName}";
-  unitName = name: "vllm-station-download-${name}";
+  contract = import ./lib/contract.nix;
+  hardening = import ./lib/hardening.nix;
+  inherit (contract) stampName modelsRoot stampOf;
+  cacheRoot = contract.downloadCacheDir;
+  unitName = contract.downloadUnit;
 
   enabledModels = lib.filterAttrs (_: m: m.enable) cfg.models;
   # A preset's entries are defaults of their own option, so that a user's `expectations` (any entry)
@@ -80,8 +80,15 @@ let
 
         model = mkOption {
           type = types.str;
+          default =
+            cfg.presetModels.${name}
+              or (throw "services.vllm-station.download.models.${name}.model: set the Hugging Face repository id to download (e.g. \"nvidia/GLM-5.3-NVFP4\")");
+          defaultText = literalExpression "the preset's repository for an entry of that name, else required";
           example = "nvidia/GLM-5.3-NVFP4";
-          description = "Hugging Face repository id to download.";
+          description = ''
+            Hugging Face repository id to download. A preset names the entry its model is served from
+            (`glm53-flash`, `glm53`) and fills this in for that entry.
+          '';
         };
 
         revision = mkOption {
@@ -122,7 +129,8 @@ let
         };
 
         tokenFile = mkOption {
-          type = types.nullOr types.path;
+          # A string, not a path: a `./hf-token` path literal would be copied into the world-readable store.
+          type = types.nullOr types.str;
           default = null;
           example = "/run/secrets/hf-token";
           description = ''
@@ -279,51 +287,18 @@ let
       TimeoutStartSec = cfg.timeoutStartSec;
       User = cfg.user;
       Group = cfg.group;
-      UMask = "0022"; # the serving container (another uid) reads the checkpoint
-      RemoveIPC = true;
       CacheDirectory = "vllm-station-download"; # its own: see the header on shared directories
       ReadWritePaths = [ m.dir ];
       LoadCredential = lib.optional (m.tokenFile != null && !m.verifyOnly) "hf-token:${m.tokenFile}";
 
       # systemd binds the process before exec, so every page it touches (page cache included) is
-      # allocated on these nodes: node 0's LPDDR on a GB300, never node 1's HBM.
+      # allocated on these nodes: node 0's LPDDR on a GB300, never node 1's HBM. (set_mempolicy/mbind,
+      # the tool's own `--membind`, are in @resources, part of @system-service.)
       NUMAPolicy = "bind";
       NUMAMask = nodeList m;
-
-      # No GPU access at all: no DeviceAllow for nvidia*, a private /dev without them.
-      DevicePolicy = "closed";
-      PrivateDevices = true;
-
-      # Hardening (network is the point of this unit; nothing else is needed).
-      CapabilityBoundingSet = [ "" ];
-      NoNewPrivileges = true;
-      ProtectSystem = "strict";
-      ProtectHome = true;
-      PrivateTmp = true;
-      ProtectHostname = true;
-      ProtectClock = true;
-      ProtectKernelTunables = true;
-      ProtectKernelModules = true;
-      ProtectKernelLogs = true;
-      ProtectControlGroups = true;
-      ProtectProc = "invisible";
-      RestrictAddressFamilies = [
-        "AF_INET"
-        "AF_INET6"
-        "AF_UNIX"
-      ];
-      RestrictNamespaces = true;
-      RestrictRealtime = true;
-      RestrictSUIDSGID = true;
-      LockPersonality = true;
-      SystemCallArchitectures = "native";
-      SystemCallFilter = [
-        "@system-service"
-        "~@privileged"
-      ];
-      # set_mempolicy/mbind (the tool's own `--membind`) are in @resources, part of @system-service.
-      SystemCallErrorNumber = "EPERM";
-    };
+    }
+    # The base sandbox has no GPU access at all (a private /dev without nvidia*); network is the point.
+    // hardening.for [ "sharedFiles" ];
   };
 
   # The serving unit's model, if it is a local directory. Read defensively: `serve` may not be imported.
@@ -331,39 +306,11 @@ let
   servesLocalModel = (serve.enable or false) && servedModel != null && lib.hasPrefix "/" servedModel;
   matchingDownloads = lib.filterAttrs (_: m: m.dir == servedModel) enabledModels;
 
-  # ExecStartPre of the serving unit: refuse a local checkpoint that was never verified, or one whose
-  # stamp names another revision than the download unit declares. Runs before any other pre-start step.
   # Revisions the serving unit's checkpoint must carry (verify-only entries declare one too).
   servedRevisions = lib.unique (
     lib.filter (r: r != null) (lib.mapAttrsToList (_: m: m.revision) matchingDownloads)
   );
-  stampCheck =
-    let
-      expectedRevisions = servedRevisions;
-      units = lib.concatMapStringsSep " " (n: "${unitName n}.service") (lib.attrNames matchingDownloads);
-      fix =
-        if matchingDownloads != { } then
-          "start ${units} (it downloads and verifies), or run: station verify ${servedModel}"
-        else
-          "run: station verify ${servedModel} (or declare services.vllm-station.download.models.<name>.dir = \"${servedModel}\")";
-    in
-    pkgs.writeShellScript "vllm-station-require-stamp" ''
-      set -u
-      stamp=${lib.escapeShellArg (stampOf servedModel)}
-      if [ ! -f "$stamp" ]; then
-        echo "vllm-station: refusing to start: the checkpoint in ${servedModel} is not verified ($stamp missing); "${lib.escapeShellArg fix} >&2
-        exit 1
-      fi
-      ${lib.optionalString (lib.length expectedRevisions == 1) ''
-        want=${lib.escapeShellArg (lib.head expectedRevisions)}
-        have=$(${lib.getExe pkgs.jq} -r '.revision // ""' "$stamp" 2>/dev/null || true)
-        if [ -n "$have" ] && [ "$have" != "$want" ]; then
-          echo "vllm-station: refusing to start: $stamp records revision $have, the configuration declares $want; "${lib.escapeShellArg fix} >&2
-          exit 1
-        fi
-      ''}
-      echo "vllm-station: checkpoint ${servedModel} verified ($stamp)" >&2
-    '';
+  isSecretPath = path: path == null || (lib.hasPrefix "/" path && !lib.hasPrefix builtins.storeDir path);
 in
 {
   options.services.vllm-station.download = {
@@ -420,12 +367,14 @@ in
       '';
     };
 
-    requireStampScript = mkOption {
-      type = types.package;
+    presetModels = mkOption {
+      type = types.attrsOf types.str;
+      default = { };
       internal = true;
-      readOnly = true;
-      default = stampCheck;
-      description = "The serving unit's stamp check as rendered (for tests).";
+      description = ''
+        Repository ids carried by presets, keyed by the `models` entry name the preset serves from
+        (e.g. `glm53-flash`): the default of that entry's `model`.
+      '';
     };
 
     numaNodes = mkOption {
@@ -487,7 +436,10 @@ in
           assertion = lib.hasPrefix "/" m.dir;
           message = "services.vllm-station.download.models.${name}.dir: \"${m.dir}\" must be an absolute path.";
         }) enabledModels
-        ;
+        ++ lib.mapAttrsToList (name: m: {
+          assertion = isSecretPath m.tokenFile;
+          message = "services.vllm-station.download.models.${name}.tokenFile must be an absolute path outside the Nix store (got `${toString m.tokenFile}`): the store is world-readable. Use a string such as \"/run/secrets/hf-token\", not a ./path literal.";
+        }) enabledModels;
 
       warnings = lib.concatLists (
         lib.mapAttrsToList (
@@ -516,16 +468,11 @@ in
       users.groups = mkIf (cfg.group == "vllm-station") { vllm-station = { }; };
     })
 
-    # The serving unit requires the stamp when its model is a local directory.
-    (mkIf servesLocalModel {
-      systemd.services.vllm-station = {
-        wants = lib.mapAttrsToList (n: _: "${unitName n}.service") matchingDownloads;
-        after = lib.mapAttrsToList (n: _: "${unitName n}.service") matchingDownloads;
-        serviceConfig.ExecStartPre = mkBefore [ (utils.escapeSystemdExecArgs [ stampCheck ]) ];
-      };
-      # `station preflight` compares the stamp's revision with this one (and the peer's, in a pair).
-      services.vllm-station.serve.preflight.settings = lib.optionalAttrs (lib.length servedRevisions == 1) {
-        revision = lib.head servedRevisions;
+    # The serving unit's stamp gate (serve.nix, step 1): which revision, and which units produce it.
+    (mkIf (cfg.enable && servesLocalModel) {
+      services.vllm-station.serve.inputs.checkpoint = {
+        units = lib.mapAttrsToList (n: _: "${unitName n}.service") matchingDownloads;
+        revision = mkIf (lib.length servedRevisions == 1) (lib.head servedRevisions);
       };
     })
   ];

@@ -9,8 +9,6 @@
 let
   inherit (lib) mkOption mkEnableOption types;
   cfg = config.services.vllm-station.host;
-  serveEnabled = config.services.vllm-station.serve.enable;
-  serveBackend = config.services.vllm-station.serve.backend;
 in
 {
   options.services.vllm-station.host = {
@@ -81,12 +79,9 @@ in
       (lib.mkIf (cfg.initOnAlloc != null) {
         boot.kernelParams = [ "init_on_alloc=${if cfg.initOnAlloc then "1" else "0"}" ];
       })
-      (lib.mkIf (cfg.unlimitedMemlock && serveEnabled) {
-        systemd.services.vllm-station.serviceConfig.LimitMEMLOCK = "infinity";
-        # A container gets the runtime daemon's limits, not the unit's: raise its own.
-        services.vllm-station.serve.containerOptions = lib.mkIf (serveBackend == "container") [
-          "--ulimit=memlock=-1:-1"
-        ];
+      (lib.mkIf cfg.unlimitedMemlock {
+        # The serving unit renders it (and its container's `--ulimit`): see serve.nix's inputs.
+        services.vllm-station.serve.inputs.unlimitedMemlock = true;
       })
     ]
   );

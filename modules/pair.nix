@@ -1,7 +1,9 @@
 # services.vllm-station.pair: two stations serve one model with tensor parallelism (TP=2) over a
 # RoCE rail. Station A (role "head", rank 0) serves the API; station B (role "worker", rank 1) runs
-# `vllm serve --headless`. This module only adds to the serving module (services.vllm-station.serve):
-# flags, environment, the unit's ordering and limits, the firewall and a small beacon unit.
+# `vllm serve --headless`. This module feeds the serving module (services.vllm-station.serve): its
+# flags, and through `serve.inputs` the head's wait-for-worker and NCCL gates, the pair's environment
+# file, RDMA devices and memlock — the serving unit itself is written only by serve.nix. It owns the
+# firewall rules and a small beacon unit.
 #
 # Who listens, and so how the stations are ordered (vLLM multiprocessing executor, `--nnodes 2`):
 # - The HEAD listens: rank 0 hosts the torch.distributed TCP store on `--master-addr:--master-port`,
@@ -9,22 +11,23 @@
 #   Gloo and vLLM's ZeroMQ message queues then open further listeners on BOTH stations, on
 #   kernel-chosen ephemeral ports of the rail address (VLLM_HOST_IP) — hence the port range below.
 # - So the worker has nothing of vLLM's to probe before the head exists. Each station therefore runs
-#   `vllm-station-pair-beacon`: a read-only HTTP server on its rail address that is up exactly while
-#   the local `vllm-station` unit is active (BindsTo= + After=). It serves `/ready` (role, rank,
-#   address) and `/stamp` (the local checkpoint's `.station-verified.json`, for the peer's preflight
-#   revision comparison: `pair.peerStampUrl` in the preflight config).
-# - Start order: worker first. The head's ExecStartPre polls http://WORKER:beaconPort/ready for at most
-#   `workerWaitSeconds` and fails with a message naming the worker's address if it never answers.
+#   `vllm-station-pair-beacon` (`station pair beacon`): a read-only HTTP server on its rail address
+#   that is up exactly while the local `vllm-station` unit is active (BindsTo= + After=). It serves
+#   `/ready` (role, rank, address) and `/stamp` (the local checkpoint's verification stamp, for the
+#   peer's preflight revision comparison: `pair.peerStampUrl` in the preflight config).
+# - Start order: worker first. The head's step 2 (`station pair wait-worker`) polls
+#   http://WORKER:beaconPort/ready for at most `workerWaitSeconds` and fails with a message naming
+#   the worker's address if it never answers.
 # - Stop order: head first. The worker's beacon is ordered after `vllm-station` and bound to it, so
-#   stopping the worker's serving unit stops the beacon first; its ExecStop waits (at most
-#   `headStopWaitSeconds`) until the head's master port stops answering, then lets the worker go.
+#   stopping the worker's serving unit stops the beacon first; its ExecStop (`station pair
+#   wait-head-stop`) waits (at most `headStopWaitSeconds`) until the head's master port stops
+#   answering, then lets the worker go.
 # RDMA traffic itself (RoCE v2, UDP 4791) is handled by the NIC and never passes netfilter; only the
 # TCP rendezvous/bootstrap ports need the firewall rules, and they are opened to the peer's rail
 # address on the rail interface only.
 {
   config,
   lib,
-  pkgs,
   utils,
   ...
 }:
@@ -33,8 +36,6 @@ let
     mkOption
     mkEnableOption
     mkIf
-    mkBefore
-    mkAfter
     mkDefault
     types
     literalExpression
@@ -43,9 +44,11 @@ let
   top = config.services.vllm-station;
   cfg = top.pair;
   serve = top.serve;
+  contract = import ./lib/contract.nix;
+  hardening = import ./lib/hardening.nix;
+  station = lib.getExe top.package;
 
   isHead = cfg.role == "head";
-  hostAddsMemlock = (top.host.enable or false) && (top.host.unlimitedMemlock or false);
   expectedRank = if isHead then 0 else 1;
   stations = 2;
 
@@ -60,87 +63,50 @@ let
   safeValue = v: builtins.match "[A-Za-z0-9_.,:=/@+-]*" v != null;
 
   envText = lib.concatStrings (lib.mapAttrsToList (k: v: "${k}=${v}\n") cfg.environment);
-  envFile = "/etc/vllm-station/pair.env";
+  envFile = contract.pairEnvFile;
 
-  beaconDir = "/run/vllm-station-pair-beacon";
   workerAddress = toString cfg.workerAddress; # null is refused by an assertion
   headAddress = toString cfg.headAddress;
   readyUrl = "http://${urlHost workerAddress}:${toString cfg.beaconPort}/ready";
   stampUrl = "http://${urlHost (toString peerAddress)}:${toString cfg.beaconPort}/stamp";
 
-  # The head's ExecStartPre: the worker must be up first.
-  waitForWorker = pkgs.writeShellScript "vllm-station-pair-wait-worker" ''
-    set -u
-    deadline=$(( $(date +%s) + ${toString cfg.workerWaitSeconds} ))
-    echo "vllm-station pair: waiting up to ${toString cfg.workerWaitSeconds} s for the worker ${workerAddress} (${readyUrl})" >&2
-    while :; do
-      if ${lib.getExe pkgs.curl} --silent --fail --max-time 3 --output /dev/null ${lib.escapeShellArg readyUrl}; then
-        echo "vllm-station pair: worker ${workerAddress} is up" >&2
-        exit 0
-      fi
-      if [ "$(date +%s)" -ge "$deadline" ]; then
-        echo "vllm-station pair: the worker ${workerAddress} did not answer on ${readyUrl} within ${toString cfg.workerWaitSeconds} s; start the worker first (on station ${workerAddress}: systemctl start vllm-station), then this unit" >&2
-        exit 1
-      fi
-      sleep ${toString cfg.pollSeconds}
-    done
-  '';
+  servesLocalModel = serve.model != null && lib.hasPrefix "/" serve.model;
+
+  beaconArgs =
+    [
+      station
+      "pair"
+      "beacon"
+      "--bind"
+      (toString selfAddress)
+      "--port"
+      (toString cfg.beaconPort)
+      "--role"
+      cfg.role
+      "--rank"
+      (toString cfg.rank)
+    ]
+    ++ lib.optionals servesLocalModel [
+      "--stamp"
+      (contract.stampOf serve.model)
+    ];
 
   # The worker beacon's ExecStop: let the head go first (bounded).
-  waitForHeadStop = pkgs.writeShellScript "vllm-station-pair-wait-head-stop" ''
-    set -u
-    # Only a deliberate stop of a running worker waits; after a crash there is nothing to protect.
-    if [ "$(systemctl show --property=ActiveState --value vllm-station.service)" != active ]; then
-      exit 0
-    fi
-    deadline=$(( $(date +%s) + ${toString cfg.headStopWaitSeconds} ))
-    # A plain TCP connect to the head's rendezvous port (bash's /dev/tcp, bounded by timeout).
-    while timeout 2 "$BASH" -c 'exec 3<>/dev/tcp/${headAddress}/${toString cfg.masterPort}' 2>/dev/null; do
-      if [ "$(date +%s)" -ge "$deadline" ]; then
-        echo "vllm-station pair: the head ${headAddress} still listens on port ${toString cfg.masterPort} after ${toString cfg.headStopWaitSeconds} s; stopping the worker anyway (stop the head first: systemctl stop vllm-station on ${headAddress})" >&2
-        exit 0
-      fi
-      echo "vllm-station pair: waiting for the head ${headAddress} to stop first" >&2
-      sleep ${toString cfg.pollSeconds}
-    done
-    echo "vllm-station pair: head ${headAddress} is down; stopping the worker" >&2
-  '';
-
-  # Fill the beacon's directory: who we are, and the local checkpoint stamp when there is one.
-  beaconPrepare = pkgs.writeShellScript "vllm-station-pair-beacon-prepare" ''
-    set -eu
-    printf '{"role": "%s", "rank": %s, "address": "%s"}\n' ${
-      lib.escapeShellArgs [
-        cfg.role
-        (toString cfg.rank)
-        (toString selfAddress)
-      ]
-    } > ${beaconDir}/ready
-    ${lib.optionalString (stampPath != null) ''
-      if [ -r ${lib.escapeShellArg stampPath} ]; then
-        cp ${lib.escapeShellArg stampPath} ${beaconDir}/stamp
-      fi
-    ''}
-  '';
-
-  stampPath =
-    if serve.model != null && lib.hasPrefix "/" serve.model then
-      "${serve.model}/.station-verified.json"
-    else
-      null;
-
-  # The head's start gate after wait-ready: which transport did NCCL pick? (docs/nccl-check.md)
-  ncclCheckArgs =
-    [
-      (lib.getExe top.package)
-      "nccl-check"
-      "--unit"
-      "vllm-station.service"
-      "--wait"
-      (toString cfg.ncclCheck.waitSeconds)
-    ]
-    ++ lib.optional cfg.ncclCheck.requireGdr "--require-gdr"
-    ++ lib.optional cfg.ncclCheck.pendingOk "--pending-ok";
+  waitForHeadStopArgs = [
+    station
+    "pair"
+    "wait-head-stop"
+    "--head"
+    headAddress
+    "--port"
+    (toString cfg.masterPort)
+    "--timeout"
+    (toString cfg.headStopWaitSeconds)
+    "--interval"
+    (toString cfg.pollSeconds)
+    "--unit"
+    "${contract.unit}.service"
+  ];
 
   # Firewall: the peer's rail address, on the rail interface, to these TCP ports only.
   tcpPorts = lib.optional isHead cfg.masterPort ++ [ cfg.beaconPort ];
@@ -333,24 +299,17 @@ in
       };
       requireGdr = mkOption {
         type = types.bool;
-        default = false;
-        description = "Also refuse IB/RoCE without GPUDirect RDMA (`--require-gdr`).";
+        default = true;
+        description = ''
+          Also refuse IB/RoCE without GPUDirect RDMA (`--require-gdr`): the TP=2 recipe requires
+          GDRDMA confirmed. false: accept NCCL over the RoCE NIC through host memory.
+        '';
       };
       pendingOk = mkOption {
         type = types.bool;
         default = false;
         description = "Let a start without any NCCL transport line through with a warning (`--pending-ok`).";
       };
-    };
-
-    scripts = mkOption {
-      type = types.attrsOf types.package;
-      internal = true;
-      readOnly = true;
-      default = {
-        inherit waitForWorker waitForHeadStop beaconPrepare;
-      };
-      description = "The ordering and beacon scripts as rendered (for tests).";
     };
 
     firewall = {
@@ -444,18 +403,25 @@ in
         "--master-port"
         (toString cfg.masterPort)
       ];
-      # The container gets the pair's environment from the very file operators source (the unit
-      # loads it too, below). Not serve.environmentFile: that one stays free for secrets.
-      containerOptions = lib.mkIf (serve.backend == "container") (
-        [
-          "--env-file"
-          envFile
-        ]
+      inputs = {
+        # The unit and its container get the pair's environment from the very file operators
+        # source. Not serve.environmentFile: that one stays free for secrets.
+        environmentFiles = [ envFile ];
+        restartTriggers = [ envText ];
         # ibverbs needs the RDMA device nodes inside the container (CDI brings only the GPU).
-        ++ map (d: "--device=${d}") cfg.rdmaDevices
-        # The container inherits dockerd's limits, not the unit's (the host module adds the same).
-        ++ lib.optional (!hostAddsMemlock) "--ulimit=memlock=-1:-1"
-      );
+        devices = lib.mkIf (serve.backend == "container") cfg.rdmaDevices;
+        # RDMA registers (pins) GPU and host buffers; the default 8 MiB memlock limit makes it fail.
+        unlimitedMemlock = true;
+        waitForWorker = mkIf isHead {
+          url = readyUrl;
+          address = workerAddress;
+          timeout = cfg.workerWaitSeconds;
+          interval = cfg.pollSeconds;
+        };
+        ncclCheck = mkIf (isHead && cfg.ncclCheck.enable) {
+          inherit (cfg.ncclCheck) waitSeconds requireGdr pendingOk;
+        };
+      };
       preflight.settings.pair = {
         inherit (cfg)
           role
@@ -472,82 +438,27 @@ in
       };
     };
 
-    environment.etc."vllm-station/pair.env" = {
+    environment.etc."${lib.removePrefix "/etc/" envFile}" = {
       text = envText;
       mode = "0444";
     };
 
-    systemd.services.vllm-station = {
-      restartTriggers = [ envText ];
-      serviceConfig = {
-        # RDMA registers (pins) GPU and host buffers; the default 8 MiB memlock limit makes it fail.
-        # The container gets the same through `--ulimit=memlock=-1:-1` (containerOptions above).
-        LimitMEMLOCK = "infinity";
-        EnvironmentFile = [ envFile ];
-      }
-      // lib.optionalAttrs isHead {
-        ExecStartPre = mkBefore [ (utils.escapeSystemdExecArgs [ waitForWorker ]) ];
-        # `+`: full privileges for this one command, so it may read the system journal.
-        ExecStartPost = lib.mkIf cfg.ncclCheck.enable (mkAfter [ ("+" + utils.escapeSystemdExecArgs ncclCheckArgs) ]);
-      };
-    };
-
-    systemd.services.vllm-station-pair-beacon = {
+    systemd.services.${contract.beaconUnit} = {
       description = "vllm-station pair beacon (${cfg.role} ${toString selfAddress}): /ready while vllm-station is active, /stamp";
-      bindsTo = [ "vllm-station.service" ];
-      after = [ "vllm-station.service" ];
-      wantedBy = [ "vllm-station.service" ];
-      serviceConfig = {
+      bindsTo = [ "${contract.unit}.service" ];
+      after = [ "${contract.unit}.service" ];
+      wantedBy = [ "${contract.unit}.service" ];
+      serviceConfig = hardening.base // {
         Type = "exec";
         DynamicUser = true;
-        RuntimeDirectory = "vllm-station-pair-beacon";
-        ExecStartPre = utils.escapeSystemdExecArgs [ beaconPrepare ];
-        ExecStart = utils.escapeSystemdExecArgs [
-          (lib.getExe pkgs.python3)
-          "-m"
-          "http.server"
-          "--bind"
-          (toString selfAddress)
-          "--directory"
-          beaconDir
-          (toString cfg.beaconPort)
-        ];
+        ExecStart = utils.escapeSystemdExecArgs beaconArgs;
         # `+`: root asks systemd over its private socket. As the beacon's DynamicUser, `systemctl show`
         # needs the D-Bus system bus to know that user; where it does not (found by the system tier:
         # "Transport endpoint is not connected"), the wait was silently skipped.
-        ExecStop = lib.optional (!isHead) ("+" + utils.escapeSystemdExecArgs [ waitForHeadStop ]);
+        ExecStop = lib.optional (!isHead) ("+" + utils.escapeSystemdExecArgs waitForHeadStopArgs);
         TimeoutStopSec = cfg.headStopWaitSeconds + 30;
         Restart = "on-failure";
         RestartSec = 5;
-        # Read-only everything; it serves two small files from its runtime directory.
-        CapabilityBoundingSet = [ "" ];
-        NoNewPrivileges = true;
-        ProtectSystem = "strict";
-        ProtectHome = true;
-        PrivateTmp = true;
-        PrivateDevices = true;
-        DevicePolicy = "closed";
-        ProtectKernelTunables = true;
-        ProtectKernelModules = true;
-        ProtectKernelLogs = true;
-        ProtectControlGroups = true;
-        ProtectClock = true;
-        ProtectHostname = true;
-        RestrictAddressFamilies = [
-          "AF_INET"
-          "AF_INET6"
-          "AF_UNIX" # systemctl show (the stop-order probe) talks to systemd over D-Bus
-        ];
-        RestrictNamespaces = true;
-        RestrictRealtime = true;
-        RestrictSUIDSGID = true;
-        LockPersonality = true;
-        MemoryDenyWriteExecute = true;
-        SystemCallArchitectures = "native";
-        SystemCallFilter = [
-          "@system-service"
-          "~@privileged"
-        ];
       };
     };
 

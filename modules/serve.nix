@@ -1,17 +1,23 @@
 # services.vllm-station.serve: vLLM's OpenAI-compatible server on one station, under systemd.
 #
-# The lifecycle is the point of this module:
-#   - `ExecStartPre=+station prestart` on *every* start: drop the page cache, refuse to start while
-#     file pages still sit in the GPU's NUMA node (HBM), save the previous container's logs, remove it;
-#   - systemd owns restarts (Restart=always, RestartSec=60, at most 3 starts an hour);
-#   - `ExecStartPost=station wait-ready`: the unit is active only once /health answers and a
-#     1-token completion succeeds.
-# The container is started by this unit directly (`docker run` / `podman run` in the foreground),
-# not through `virtualisation.oci-containers`: that module adds `--rm` (which would delete the
-# crashed container's logs before prestart can save them) and its own restart policy, and the
-# prestart/wait-ready/start-limit lifecycle would have to override most of what it generates.
-# The pair module (pair.nix) builds on these options: tensorParallelSize, headless, extraFlags,
-# environment, containerOptions.
+# The start sequence of `vllm-station.service`, in order. This list is the one place it is
+# written (config below); other modules feed it through the internal options `serve.inputs.*`
+# and never edit this unit themselves.
+#   ExecStartPre   1. station gate stamp DIR     a local checkpoint carries its verification stamp
+#                                                (and the revision download.nix declares)
+#                  2. station pair wait-worker   pair head only: the worker's beacon answers (pair.nix)
+#                  3. +station prestart          sync, drop the page cache, refuse while file pages sit
+#                                                in the GPU's NUMA node, keep the previous container's logs
+#                  4. +station preflight         `preflight.enable`: the configured checks gate the start
+#   ExecStart         [station exec --secret-env VLLM_API_KEY=%d/api-key --] docker|podman run … vllm serve …
+#                     (or `vllm serve …` natively)
+#   ExecStartPost  5. +station wait-ready        not headless: /health answers and a 1-token completion works
+#                  6. +station nccl-check        pair head only: NCCL picked GPUDirect RDMA (pair.nix)
+#   ExecStop          -docker|podman stop -t 60  the container is kept: step 3 saves its logs next start
+# systemd owns restarts (Restart=always, RestartSec=60, at most 3 starts an hour), so steps 1–4 run
+# before every start. The container is started by this unit directly, not through
+# `virtualisation.oci-containers`: that module adds `--rm` (which would delete the crashed
+# container's logs before prestart can save them) and its own restart policy.
 {
   config,
   lib,
@@ -34,13 +40,14 @@ let
     ;
 
   cfg = config.services.vllm-station.serve;
+  inputs = cfg.inputs;
   station = lib.getExe config.services.vllm-station.package;
   presets = import ./presets;
+  contract = import ./lib/contract.nix;
+  hardening = import ./lib/hardening.nix;
 
-  name = "vllm-station"; # unit name and container name (design.md)
-  stateDir = "/var/lib/${name}";
-  cacheDir = "/var/cache/${name}";
-  logsDir = "/var/log/${name}";
+  name = contract.unit; # unit name and container name
+  inherit (contract) stateDir cacheDir logsDir;
 
   isContainer = cfg.backend == "container";
   runtimeExe =
@@ -113,6 +120,7 @@ let
 
   # A local model directory outside the state directory is mounted read-only at the same path.
   modelIsPath = cfg.model != null && lib.hasPrefix "/" cfg.model;
+  servesLocalModel = modelIsPath;
   extraModelVolume = optionals (modelIsPath && !lib.hasPrefix "${stateDir}/" cfg.model) [
     "--volume"
     "${cfg.model}:${cfg.model}:ro"
@@ -137,7 +145,9 @@ let
     ++ lib.concatMap (device: [
       "--device"
       device
-    ]) cfg.gpuDevices
+    ]) (cfg.gpuDevices ++ inputs.devices)
+    # The container gets the runtime daemon's limits, not the unit's: raise its own too.
+    ++ optional inputs.unlimitedMemlock "--ulimit=memlock=-1:-1"
     ++ optionals (cfg.runtime == "podman") [ "--cgroups=no-conmon" ]
     ++ lib.concatLists (
       lib.mapAttrsToList (key: value: [
@@ -145,15 +155,15 @@ let
         "${key}=${value}"
       ]) serverEnvironment
     )
-    # No value: the runtime client copies it from its own environment (set by apiKeyWrapper).
+    # No value: the runtime client copies it from its own environment (set by `station exec`).
     ++ optionals (cfg.apiKeyFile != null) [
       "--env"
       "VLLM_API_KEY"
     ]
-    ++ optionals (cfg.environmentFile != null) [
+    ++ lib.concatMap (file: [
       "--env-file"
-      cfg.environmentFile
-    ]
+      file
+    ]) (inputs.environmentFiles ++ lib.optional (cfg.environmentFile != null) cfg.environmentFile)
     ++ cfg.containerOptions
     ++ optional (cfg.image != null) cfg.image # null is refused by an assertion
     ++ cfg.containerCommand
@@ -166,15 +176,58 @@ let
 
   # Reads the key from the unit's credential at start and exports it for vLLM (and for the
   # runtime client, which forwards it with `--env VLLM_API_KEY`): the key never appears in the
-  # unit, the Nix store or any process's argument list.
-  apiKeyWrapper = pkgs.writeShellScript "vllm-station-api-key" ''
-    VLLM_API_KEY="$(< "$CREDENTIALS_DIRECTORY/api-key")"
-    export VLLM_API_KEY
-    exec "$@"
-  '';
+  # unit, the Nix store or any process's argument list. `%d` (the credentials directory) is
+  # systemd's to expand, so that one argument is quoted by hand (escaping would double the `%`).
+  secretEnvPrefix = optionalString (cfg.apiKeyFile != null) "${utils.escapeSystemdExecArgs [
+    station
+    "exec"
+    "--secret-env"
+  ]} \"VLLM_API_KEY=%d/api-key\" \"--\" ";
 
-  startArgs =
-    optional (cfg.apiKeyFile != null) apiKeyWrapper ++ (if isContainer then containerArgs else nativeArgs);
+  startCommand = secretEnvPrefix + utils.escapeSystemdExecArgs (if isContainer then containerArgs else nativeArgs);
+
+  # ---- the start sequence's steps (the order is in `serviceConfig` below) ----
+  # 1. A local checkpoint must carry the stamp `station verify` writes (download.nix declares the
+  #    revision and the units that produce it).
+  stampGateArgs =
+    [
+      station
+      "gate"
+      "stamp"
+      cfg.model
+    ]
+    ++ optionals (inputs.checkpoint.revision != null) [
+      "--revision"
+      inputs.checkpoint.revision
+    ]
+    ++ [
+      "--fix"
+      (
+        if inputs.checkpoint.units != [ ] then
+          "start ${lib.concatStringsSep " " inputs.checkpoint.units} (it downloads and verifies), or run: station verify ${cfg.model}"
+        else
+          "run: station verify ${cfg.model} (or declare services.vllm-station.download.models.<name>.dir = \"${cfg.model}\")"
+      )
+    ];
+
+  # 2. The pair's head waits for the worker (pair.nix fills `inputs.waitForWorker`).
+  waitForWorkerArgs =
+    let
+      w = inputs.waitForWorker;
+    in
+    [
+      station
+      "pair"
+      "wait-worker"
+      "--url"
+      w.url
+      "--worker-address"
+      w.address
+      "--timeout"
+      (toString w.timeout)
+      "--interval"
+      (toString w.interval)
+    ];
 
   prestartArgs = [
     station
@@ -201,7 +254,7 @@ let
       station
       "preflight"
       "--config"
-      "/etc/${name}/preflight.json"
+      contract.preflightConfig
     ]
     ++ optionals (cfg.preflight.only != [ ]) [
       "--only"
@@ -244,106 +297,52 @@ let
       ]
     );
 
-  # ---- hardening (after nixpkgs' ollama.nix); every relaxation says why ----
-  hardening = {
-    CapabilityBoundingSet = [ "" ];
-    DeviceAllow = [
-      # CUDA (https://docs.nvidia.com/dgx/pdf/dgx-os-5-user-guide.pdf)
-      "char-nvidiactl"
-      "char-nvidia-caps"
-      "char-nvidia-frontend"
-      "char-nvidia-uvm"
-      # RDMA (GPUDirect over the ConnectX rails): /dev/infiniband/uverbs*
-      "char-infiniband_verbs"
-    ];
-    DevicePolicy = "closed";
-    LockPersonality = true;
-    MemoryDenyWriteExecute = true;
-    NoNewPrivileges = true;
-    PrivateDevices = true;
-    PrivateTmp = true;
-    PrivateUsers = true;
-    ProcSubset = "pid";
-    ProtectClock = true;
-    ProtectControlGroups = true;
-    ProtectHome = true;
-    ProtectHostname = true;
-    ProtectKernelLogs = true;
-    ProtectKernelModules = true;
-    ProtectKernelTunables = true;
-    ProtectProc = "invisible";
-    ProtectSystem = "strict";
-    RemoveIPC = true;
-    RestrictAddressFamilies = [
-      "AF_INET"
-      "AF_INET6"
-      "AF_UNIX"
-    ];
-    RestrictNamespaces = true;
-    RestrictRealtime = true;
-    RestrictSUIDSGID = true;
-    SystemCallArchitectures = "native";
-    SystemCallFilter = [
-      "@system-service"
-      "~@privileged"
-    ];
-    UMask = "0077";
-  };
+  # 6. Which transport did NCCL pick? (pair head; docs/nccl-check.md) `+`: it reads the system journal.
+  ncclCheckCommand =
+    let
+      n = inputs.ncclCheck;
+    in
+    "+"
+    + utils.escapeSystemdExecArgs (
+      [
+        station
+        "nccl-check"
+        "--unit"
+        "${name}.service"
+        "--wait"
+        (toString n.waitSeconds)
+      ]
+      ++ optional n.requireGdr "--require-gdr"
+      ++ optional n.pendingOk "--pending-ok"
+    );
 
-  nativeRelaxations = {
-    DynamicUser = true;
-    MemoryDenyWriteExecute = false; # torch.compile, Triton and the CUDA JIT map generated code executable
-    PrivateDevices = false; # hides /dev/nvidia*; DeviceAllow above keeps only GPU and RDMA nodes
-    ProcSubset = "all"; # NVML and vLLM read /proc/driver/nvidia and /proc/meminfo
-    RestrictAddressFamilies = hardening.RestrictAddressFamilies ++ [
-      "AF_NETLINK" # NCCL, Gloo and ibverbs enumerate interfaces and RDMA links over netlink
-    ];
-    SystemCallFilter = [
-      "@system-service"
-      "@resources" # mbind/set_mempolicy: CUDA and torch place host memory per NUMA node
-      "~@privileged"
-    ];
-  };
+  execStartPre =
+    optional servesLocalModel (utils.escapeSystemdExecArgs stampGateArgs)
+    ++ optional (inputs.waitForWorker != null) (utils.escapeSystemdExecArgs waitForWorkerArgs)
+    # `+`: privileged even though the service is sandboxed (drop_caches, the runtime's logs).
+    ++ [ ("+" + utils.escapeSystemdExecArgs prestartArgs) ]
+    ++ optional cfg.preflight.enable ("+" + utils.escapeSystemdExecArgs preflightArgs);
 
-  # The docker CLI is only a client of dockerd: the sandbox above fits it, except:
-  dockerRelaxations = {
-    PrivateUsers = false; # the docker socket belongs to the host's root; a user namespace maps it away
-  };
+  execStartPost =
+    optional (!cfg.headless) waitReadyCommand ++ optional (inputs.ncclCheck != null) ncclCheckCommand;
 
-  # podman is the container runtime itself, and the container's processes descend from this unit,
-  # inheriting its seccomp filters, capability bounding set and namespaces.
-  podmanRelaxations = {
-    CapabilityBoundingSet = [ ]; # podman needs CAP_SYS_ADMIN & co. to build the container
-    DeviceAllow = [ ]; # with DevicePolicy=auto: no allow-list, the runtime sets up the container's devices
-    DevicePolicy = "auto"; # CDI injects /dev/nvidia* device nodes into the container
-    MemoryDenyWriteExecute = false; # inherited by vLLM, whose JITs map generated code executable
-    NoNewPrivileges = false; # inherited by the container's entrypoint
-    PrivateDevices = false; # the container needs the host's GPU and RDMA device nodes
-    PrivateTmp = false; # container storage and mounts must live in the host's mount namespace
-    PrivateUsers = false; # podman runs as the host's root to use the system container storage
-    ProcSubset = "all"; # inherited: NVML and vLLM read /proc/driver/nvidia
-    ProtectControlGroups = false; # podman creates the container's cgroup
-    ProtectHome = false; # no private mount namespace for the runtime (see PrivateTmp)
-    ProtectClock = false; # implies DeviceAllow=char-rtc, which turns the device policy into an allow-list
-    ProtectHostname = false; # inherited seccomp filter would refuse the container's sethostname
-    ProtectKernelLogs = false; # needs a private mount namespace (see PrivateTmp)
-    ProtectKernelModules = false; # podman may load overlay/netfilter modules on first use
-    ProtectKernelTunables = false; # the runtime writes container sysctls
-    ProtectProc = "default"; # needs a private mount namespace (see PrivateTmp)
-    ProtectSystem = false; # podman writes /var/lib/containers, /run/containers and /etc/cni
-    RestrictAddressFamilies = [ ]; # inherited by NCCL/ibverbs inside the container (netlink, RDMA)
-    RestrictNamespaces = false; # the runtime creates the container's namespaces
-    SystemCallFilter = [ ]; # podman mounts, pivots and unshares; filters would be inherited too
-    UMask = "0022"; # container root filesystems need world-readable files
-  };
-
-  relaxations =
+  # ---- the sandbox: modules/lib/hardening.nix's base and the relaxations this unit needs ----
+  sandbox =
     if !isContainer then
-      nativeRelaxations
+      hardening.for [
+        "gpuDevices"
+        "jit"
+        "driverProc"
+        "netlink"
+        "numaPlacement"
+      ]
+      // {
+        DynamicUser = true;
+      }
     else if cfg.runtime == "docker" then
-      dockerRelaxations
+      hardening.for [ "dockerClient" ]
     else
-      podmanRelaxations;
+      hardening.for [ "containerRuntime" ];
 
   # Flags the typed options own; extraFlags may not repeat them.
   typedFlags = {
@@ -384,11 +383,17 @@ let
     lib.any (word: arg == word || lib.hasPrefix "${word}=" arg) pinningWords
     || lib.hasSuffix "numactl" arg
     || builtins.match "-[mN][0-9].*" arg != null;
+  # The pair's file is read by the unit (the native process, and an operator's `systemctl show`);
+  # secrets (`environmentFile`) reach a container only through `--env-file`.
+  unitEnvironmentFiles =
+    inputs.environmentFiles ++ optional (!isContainer && cfg.environmentFile != null) cfg.environmentFile;
+
   pinningArgs = lib.filter isPinningArg (cfg.containerOptions ++ cfg.extraFlags ++ cfg.containerCommand);
   pinningUnitSettings = lib.filter (key: unitConfig ? ${key} && unitConfig.${key} != "default") [
     "NUMAPolicy"
     "NUMAMask"
     "AllowedMemoryNodes"
+    "StartupAllowedMemoryNodes"
   ];
 
   isSecretPath = path: path == null || (lib.hasPrefix "/" path && !lib.hasPrefix builtins.storeDir path);
@@ -511,10 +516,26 @@ in
     model = mkOption {
       type = types.nullOr types.str;
       default = null;
-      example = "nvidia/GLM-5.3-Flash-NVFP4";
+      example = "${contract.modelsRoot}/glm53-flash";
       description = ''
-        Hugging Face repo id or an absolute path to a local checkpoint directory (a path outside
-        `/var/lib/vllm-station` is mounted read-only into the container at the same place).
+        The checkpoint to serve: an absolute path to a local directory, normally one that a
+        `services.vllm-station.download.models.<name>` entry downloads and verifies (its `dir`,
+        `/var/lib/vllm-station-models/<name>` by default). The unit refuses to start until the
+        directory carries the verification stamp (`${contract.stampName}`). A path outside
+        `/var/lib/vllm-station` is mounted read-only into the container at the same place.
+        A Hugging Face repo id is served only with {option}`allowHubDownload`.
+      '';
+    };
+
+    allowHubDownload = mkOption {
+      type = types.bool;
+      default = false;
+      description = ''
+        Serve a Hugging Face repo id as {option}`model` directly. vLLM then downloads the checkpoint
+        inside the serving unit, which is deliberately not bound to NUMA node 0: on a GB300 the
+        download's page cache lands in the GPU's memory (node 1) and the start fails with
+        "tried to allocate 151 GiB, 159.43 GiB free"; nothing verifies the files either. Prefer a
+        `services.vllm-station.download.models` entry (bound to node 0, verified, stamped) and serve its `dir`.
       '';
     };
 
@@ -716,6 +737,78 @@ in
       description = "Add `port` to `networking.firewall.allowedTCPPorts` (not for a headless worker).";
     };
 
+    # Set by the other vllm-station modules (never by users): what they add to this unit. Only this
+    # module writes `systemd.services.vllm-station`; see the start sequence at the top of the file.
+    inputs = {
+      checkpoint = {
+        revision = mkOption {
+          type = types.nullOr types.str;
+          default = null;
+          internal = true;
+          description = "Revision the local checkpoint's stamp must record (download.nix).";
+        };
+        units = mkOption {
+          type = types.listOf types.str;
+          default = [ ];
+          internal = true;
+          description = "Units that download/verify the served checkpoint: wanted, ordered before, named in the gate's fix (download.nix).";
+        };
+      };
+      waitForWorker = mkOption {
+        type = types.nullOr (
+          types.submodule {
+            options = {
+              url = mkOption { type = types.str; };
+              address = mkOption { type = types.str; };
+              timeout = mkOption { type = types.ints.positive; };
+              interval = mkOption { type = types.ints.positive; };
+            };
+          }
+        );
+        default = null;
+        internal = true;
+        description = "Step 2: the worker's beacon to wait for before starting (pair.nix, head only).";
+      };
+      ncclCheck = mkOption {
+        type = types.nullOr (
+          types.submodule {
+            options = {
+              waitSeconds = mkOption { type = types.ints.positive; };
+              requireGdr = mkOption { type = types.bool; };
+              pendingOk = mkOption { type = types.bool; };
+            };
+          }
+        );
+        default = null;
+        internal = true;
+        description = "Step 6: the NCCL transport gate after wait-ready (pair.nix, head only).";
+      };
+      unlimitedMemlock = mkOption {
+        type = types.bool;
+        default = false;
+        internal = true;
+        description = "`LimitMEMLOCK=infinity` on the unit and `--ulimit=memlock=-1:-1` on its container (host.nix, pair.nix).";
+      };
+      environmentFiles = mkOption {
+        type = types.listOf types.str;
+        default = [ ];
+        internal = true;
+        description = "`EnvironmentFile=` of the unit and `--env-file` of its container (pair.nix: pair.env).";
+      };
+      devices = mkOption {
+        type = types.listOf types.str;
+        default = [ ];
+        internal = true;
+        description = "Device nodes for the container (`--device`), after `gpuDevices` (pair.nix: RDMA).";
+      };
+      restartTriggers = mkOption {
+        type = types.listOf types.str;
+        default = [ ];
+        internal = true;
+        description = "Contents whose change restarts the unit on switch (pair.nix: pair.env).";
+      };
+    };
+
     vllmArgs = mkOption {
       type = types.listOf types.str;
       readOnly = true;
@@ -740,7 +833,11 @@ in
       assertions = [
         {
           assertion = cfg.model != null;
-          message = "services.vllm-station.serve: set `model` (a repo id or a local path) or a `preset`.";
+          message = "services.vllm-station.serve: set `model` (a local checkpoint directory) or a `preset`.";
+        }
+        {
+          assertion = cfg.model == null || modelIsPath || cfg.allowHubDownload;
+          message = "services.vllm-station.serve: `model` is the hub id \"${toString cfg.model}\": vLLM would download it inside the serving unit, which is not bound to NUMA node 0 (the page cache lands in the GPU's memory) and never verified. Declare services.vllm-station.download.models.<name> = { model = \"${toString cfg.model}\"; revision = \"<40-hex commit>\"; } with download.enable = true and serve its dir (/var/lib/vllm-station-models/<name>), or set serve.allowHubDownload = true.";
         }
         {
           assertion = !isContainer || cfg.image != null;
@@ -797,7 +894,10 @@ in
         ) "services.vllm-station.serve: the API listens on ${cfg.host} without authentication; set `apiKeyFile` or keep `host` on loopback behind a proxy."
         ++ optional (
           !isContainer && (cfg.containerOptions != [ ] || cfg.containerCommand != [ ])
-        ) "services.vllm-station.serve: `containerOptions`/`containerCommand` are ignored with backend \"native\".";
+        ) "services.vllm-station.serve: `containerOptions`/`containerCommand` are ignored with backend \"native\"."
+        ++ optional (
+          cfg.model != null && !modelIsPath && cfg.allowHubDownload
+        ) "services.vllm-station.serve: serving the hub id ${cfg.model} (allowHubDownload): vLLM downloads it inside the serving unit, not bound to NUMA node 0, so its page cache can fill the GPU's memory, and nothing verifies it. A download entry avoids both.";
 
       virtualisation.docker.enable = lib.mkIf (isContainer && cfg.runtime == "docker") (lib.mkDefault true);
       virtualisation.podman.enable = lib.mkIf (isContainer && cfg.runtime == "podman") (lib.mkDefault true);
@@ -819,7 +919,7 @@ in
           kvCacheDtype
           ;
         modelDir = if modelIsPath then cfg.model else null;
-        revision = null;
+        revision = inputs.checkpoint.revision;
         gpuNode = cfg.prestart.gpuNode;
         maxFilePagesGiB = cfg.prestart.maxFilePagesGiB;
         runtime = if isContainer then runtimeExe else null; # absolute: preflight runs with the unit's PATH
@@ -831,14 +931,16 @@ in
         };
         pair = null;
       };
-      environment.etc."${name}/preflight.json".text = builtins.toJSON cfg.preflight.settings;
+      environment.etc."${lib.removePrefix "/etc/" contract.preflightConfig}".text =
+        builtins.toJSON cfg.preflight.settings;
 
       systemd.services.${name} = {
         description = "vLLM OpenAI-compatible server (vllm-station)";
         wantedBy = [ "multi-user.target" ];
-        wants = [ "network-online.target" ];
+        wants = [ "network-online.target" ] ++ inputs.checkpoint.units;
         after =
           [ "network-online.target" ]
+          ++ inputs.checkpoint.units
           ++ optionals isContainer [ "nvidia-container-toolkit-cdi-generator.service" ]
           ++ optionals (isContainer && cfg.runtime == "docker") [ "docker.service" ];
         requires = optionals (isContainer && cfg.runtime == "docker") [ "docker.service" ];
@@ -847,6 +949,7 @@ in
         # At most 3 starts an hour: a crash loop must not hammer the machine or rotate logs away.
         startLimitBurst = 3;
         startLimitIntervalSec = 3600;
+        inherit (inputs) restartTriggers;
 
         environment =
           if isContainer then
@@ -857,17 +960,13 @@ in
             serverEnvironment;
 
         serviceConfig =
-          hardening
-          // relaxations
+          sandbox
           // {
             Type = "exec";
-            # `+`: privileged even though the service is sandboxed (drop_caches, the runtime's logs).
-            ExecStartPre = [
-              ("+" + utils.escapeSystemdExecArgs prestartArgs)
-            ] ++ optional cfg.preflight.enable ("+" + utils.escapeSystemdExecArgs preflightArgs);
-            ExecStart = utils.escapeSystemdExecArgs startArgs;
-            # Active means serving: /health answers and a 1-token completion succeeds.
-            ExecStartPost = optionals (!cfg.headless) [ waitReadyCommand ];
+            # The start sequence (steps 1–6 at the top of this file).
+            ExecStartPre = execStartPre;
+            ExecStart = startCommand;
+            ExecStartPost = execStartPost;
             # `-`: nothing to stop when `run` never created the container. Not `rm`: prestart saves its logs first.
             ExecStop = optionals isContainer [
               ("-" + utils.escapeSystemdExecArgs [
@@ -890,9 +989,9 @@ in
             WorkingDirectory = stateDir;
           }
           // optionalAttrs (cfg.apiKeyFile != null) { LoadCredential = [ "api-key:${cfg.apiKeyFile}" ]; }
-          // optionalAttrs (!isContainer && cfg.environmentFile != null) {
-            EnvironmentFile = [ cfg.environmentFile ];
-          };
+          # RDMA registers (pins) GPU and host buffers; the default 8 MiB limit makes it fail.
+          // optionalAttrs inputs.unlimitedMemlock { LimitMEMLOCK = "infinity"; }
+          // optionalAttrs (unitEnvironmentFiles != [ ]) { EnvironmentFile = unitEnvironmentFiles; };
       };
     })
   ];

@@ -14,15 +14,15 @@
       host = "0.0.0.0";
       openFirewall = true;
       apiKeyFile = "/run/secrets/vllm-api-key";
-      # A verified local copy (the download unit below); the unit refuses to start without its stamp.
-      model = "/var/lib/vllm-station-models/glm53-flash";
+      # The preset serves /var/lib/vllm-station-models/glm53-flash, the verified local copy that the
+      # download unit below writes; the unit refuses to start without its stamp.
       preflight.enable = true;
     };
     # Downloads bound to NUMA node 0, then verifies and stamps the checkpoint (revision pinned).
     download = {
       enable = true;
       models.glm53-flash = {
-        model = "nvidia/GLM-5.3-Flash-NVFP4";
+        # model = "nvidia/GLM-5.3-Flash-NVFP4" comes from the preset.
         revision = "9c1e0d2f4a6b8c0e1f3a5b7c9d1e3f5a7b9c0d2e"; # placeholder of the right shape
       };
     };

@@ -72,13 +72,8 @@ let
   };
 
   pkgs = {
-    writeShellScript = name: text: fakeDrv name name // { inherit text; };
     callPackage = _: _: throw "pkgs.callPackage is not available in the lib-only module tests";
     python3Packages.vllm = fake.vllm;
-    # download.nix / pair.nix reference these in their scripts
-    curl = fakeDrv "curl" "curl";
-    jq = fakeDrv "jq" "jq";
-    python3 = fakeDrv "python3" "python3";
   };
 
   stubModule = {
@@ -153,7 +148,7 @@ let
       lib.optional (failed != [ ]) "unexpected failed assertions: ${show failed}" ++ test.check config;
 in
 rec {
-  inherit fake utils eval; # eval: for tests that render a value (checks/test_nix_pair_scripts.py)
+  inherit fake utils eval;
 
   image = "vllm/vllm-openai@sha256:${lib.strings.replicate 64 "a"}";
 
@@ -181,6 +176,24 @@ rec {
   lacks = what: list: elem: lib.optional (lib.elem elem list) "${what}: ${show elem} must not be in ${show list}";
 
   unit = config: config.systemd.services.vllm-station;
+
+  # /etc/vllm-station/preflight.json as the modules render it.
+  preflightJson =
+    config:
+    builtins.fromJSON (
+      builtins.unsafeDiscardStringContext config.environment.etc."vllm-station/preflight.json".text
+    );
+
+  # The warnings, less those containing `part` (one a test's setup causes on purpose).
+  warningsBut = part: config: lib.filter (w: !lib.hasInfix part w) config.warnings;
+
+  # The value after `flag` in an argument list (null when absent).
+  flagValue =
+    flag: argv:
+    let
+      idx = lib.lists.findFirstIndex (a: a == flag) null argv;
+    in
+    if idx == null then null else builtins.elemAt argv (idx + 1);
 
   # `"a" "b c"` (utils.escapeSystemdExecArgs, optionally after a `+`/`-` prefix) -> [ "a" "b c" ]
   argv =

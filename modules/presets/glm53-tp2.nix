@@ -3,9 +3,12 @@
 # station B (rank 1) runs a headless worker; `services.vllm-station.pair` adds the ranks, addresses
 # and the --tensor-parallel-size/--nnodes/--node-rank/--master-* flags.
 # MTP speculative decoding with 4 draft tokens (vLLM's `--speculative-config`, method "mtp").
+# Each station serves its verified local copy of the download entry `glm53` (station B: `verifyOnly`,
+# rsync'd from A); services.vllm-station.pair.ncclCheck.requireGdr (default on) refuses a start
+# whose NCCL is not GPUDirect RDMA.
 {
   serve = {
-    model = "nvidia/GLM-5.3-NVFP4";
+    model = "/var/lib/vllm-station-models/glm53";
     servedModelName = "glm-5.3";
     maxModelLen = 98304;
     gpuMemoryUtilization = 0.93;
@@ -18,6 +21,7 @@
       num_speculative_tokens = 4;
     };
   };
+  download.presetModels.glm53 = "nvidia/GLM-5.3-NVFP4";
   # What `station verify` expects of this checkpoint (download units of this repository pick it up).
   download.presetExpectations."nvidia/GLM-5.3-NVFP4" = {
     arch = "GlmMoeDsaForCausalLM";

@@ -196,22 +196,41 @@ in
     ++ h.eq "not the serving unit's StateDirectory" ((dsc config) ? StateDirectory) false
   );
 
-  # ---- the serving unit requires the stamp ----
+  # ---- the serving unit's stamp gate (serve.nix step 1), fed by this module ----
   serving-requires-stamp = h.check served (
     config:
     let
       u = h.unit config;
       pre = u.serviceConfig.ExecStartPre;
-      script = config.services.vllm-station.download.requireStampScript;
     in
-    h.eq "first ExecStartPre is the stamp check" (h.argv (builtins.head pre)) [ "${script}" ]
+    h.eq "first ExecStartPre is the stamp gate" (h.argv (builtins.head pre)) [
+      station
+      "gate"
+      "stamp"
+      dir
+      "--revision"
+      rev
+      "--fix"
+      "start vllm-station-download-glm53.service (it downloads and verifies), or run: station verify ${dir}"
+    ]
     ++ h.contains "wants the download" u.wants "vllm-station-download-glm53.service"
     ++ h.contains "after the download" u.after "vllm-station-download-glm53.service"
-    ++ h.ok "checks the stamp file" (lib.hasInfix "${dir}/.station-verified.json" script.text)
-    ++ h.ok "checks the revision" (lib.hasInfix rev script.text)
-    ++ h.ok "clear message" (lib.hasInfix "refusing to start: the checkpoint in ${dir} is not verified" script.text)
-    ++ h.ok "names the fix" (lib.hasInfix "start vllm-station-download-glm53.service" script.text)
-    ++ h.eq "preflight revision" (builtins.fromJSON (builtins.unsafeDiscardStringContext config.environment.etc."vllm-station/preflight.json".text)).revision rev
+    ++ h.eq "preflight revision" (h.preflightJson config).revision rev
+  );
+
+  # Declared but not enabled: no unit is rendered, so the serving unit must not want one.
+  serving-with-download-disabled = h.check (with' served { services.vllm-station.download.enable = lib.mkForce false; }) (
+    config:
+    h.eq "no download unit" (config.systemd.services ? vllm-station-download-glm53) false
+    ++ h.lacks "wants no missing unit" (h.unit config).wants "vllm-station-download-glm53.service"
+    ++ h.eq "the gate still runs, without a revision" (h.argv (builtins.head (h.unit config).serviceConfig.ExecStartPre)) [
+      station
+      "gate"
+      "stamp"
+      dir
+      "--fix"
+      "run: station verify ${dir} (or declare services.vllm-station.download.models.<name>.dir = \"${dir}\")"
+    ]
   );
 
   serving-local-model-without-download-unit = h.check [
@@ -224,11 +243,12 @@ in
     }
   ] (
     config:
-    let
-      script = config.services.vllm-station.download.requireStampScript;
-    in
-    h.eq "stamp check still first" (h.argv (builtins.head (h.unit config).serviceConfig.ExecStartPre)) [ "${script}" ]
-    ++ h.ok "tells to run station verify" (lib.hasInfix "run: station verify /srv/models/x" script.text)
+    h.eq "stamp gate still first" (lib.take 4 (h.argv (builtins.head (h.unit config).serviceConfig.ExecStartPre))) [
+      station
+      "gate"
+      "stamp"
+      "/srv/models/x"
+    ]
   );
 
   serving-repo-id-needs-no-stamp = h.check [
@@ -238,12 +258,73 @@ in
         enable = true;
         image = h.image;
         model = "org/model";
+        allowHubDownload = true;
       };
     }
   ] (
     config:
     h.eq "only prestart" (lib.length (h.unit config).serviceConfig.ExecStartPre) 1
     ++ h.lacks "no download dependency" ((h.unit config).wants or [ ]) "vllm-station-download-glm53.service"
+  );
+
+  # The preset names the entry it serves from and fills in its repository.
+  preset-fills-the-repository = h.check [
+    {
+      services.vllm-station = {
+        serve = {
+          enable = true;
+          preset = "glm53-flash";
+          image = h.image;
+        };
+        download = {
+          enable = true;
+          models.glm53-flash.revision = rev;
+        };
+      };
+    }
+  ] (
+    config:
+    let
+      d = config.systemd.services.vllm-station-download-glm53-flash.serviceConfig;
+    in
+    h.eq "the download fetches the preset's repository" (lib.take 3 (h.argv d.ExecStart)) [
+      station
+      "download"
+      "nvidia/GLM-5.3-Flash-NVFP4"
+    ]
+    ++ h.eq "the serving unit serves its directory" (lib.head config.services.vllm-station.serve.vllmArgs) "/var/lib/vllm-station-models/glm53-flash"
+    ++ h.contains "and waits for it" (h.unit config).after "vllm-station-download-glm53-flash.service"
+  );
+
+  assert-entry-without-repository = h.throws [
+    {
+      services.vllm-station.download = {
+        enable = true;
+        models.mine.revision = rev;
+      };
+    }
+  ];
+
+  # A `./hf-token` path literal would be copied into the world-readable store.
+  assert-token-file-in-store = h.assertionFails [
+    (lib.recursiveUpdate glm { services.vllm-station.download.models.glm53.tokenFile = "/nix/store/abc-hf-token"; })
+  ] "tokenFile must be an absolute path outside the Nix store";
+
+  assert-token-file-relative = h.assertionFails [
+    (lib.recursiveUpdate glm { services.vllm-station.download.models.glm53.tokenFile = "hf-token"; })
+  ] "tokenFile must be an absolute path outside the Nix store";
+
+  sandbox-from-the-shared-base = h.check [ glm ] (
+    config:
+    let
+      d = dsc config;
+      base = (import ../../../modules/lib/hardening.nix).base;
+    in
+    h.eq "MemoryDenyWriteExecute" d.MemoryDenyWriteExecute true
+    ++ h.eq "ProcSubset" d.ProcSubset "pid"
+    ++ h.eq "PrivateUsers" d.PrivateUsers true
+    ++ h.eq "UMask: the serving unit reads the files" d.UMask "0022"
+    ++ h.eq "every base setting but UMask" (builtins.removeAttrs (builtins.intersectAttrs base d) [ "UMask" ]) (builtins.removeAttrs base [ "UMask" ])
   );
 
   # ---- every assertion ----

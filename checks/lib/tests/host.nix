@@ -5,6 +5,7 @@ let
     services.vllm-station.serve = {
       enable = true;
       model = "org/model";
+      allowHubDownload = true;
       image = h.image;
     };
   };
@@ -71,6 +72,6 @@ in
     config:
     h.eq "LimitMEMLOCK" (h.unit config).serviceConfig.LimitMEMLOCK "infinity"
     ++ h.eq "containerOptions" config.services.vllm-station.serve.containerOptions [ ]
-    ++ h.eq "warnings" config.warnings [ ]
+    ++ h.eq "warnings" (h.warningsBut "(allowHubDownload)" config) [ ]
   );
 }

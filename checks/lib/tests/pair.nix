@@ -28,6 +28,7 @@ let
     extra
   ];
 
+  stationExe = "${h.fake.station}/bin/station";
   sc = config: (h.unit config).serviceConfig;
   start = config: h.argv (sc config).ExecStart;
   vllmArgs = config: config.services.vllm-station.serve.vllmArgs;
@@ -126,7 +127,12 @@ in
       ]
     )
     ++ h.ok "restart on env change" (lib.elem (envText config) (h.unit config).restartTriggers)
-    ++ h.contains "RDMA devices in the container" (start config) "--device=/dev/infiniband"
+    ++ h.ok "RDMA devices in the container" (
+      hasRun (start config) [
+        "--device"
+        "/dev/infiniband"
+      ]
+    )
   );
 
   env-file-native = h.check (with' worker {
@@ -217,24 +223,32 @@ in
   );
 
   # ---- ordering ----
-  order-head-waits-for-worker = h.check [ head ] (
+  order-head-waits-for-worker = h.check (with' head { services.vllm-station.serve.preflight.enable = true; }) (
     config:
     let
-      pre = (sc config).ExecStartPre;
-      wait = lib.findFirst (p: lib.hasInfix "vllm-station-pair-wait-worker" p) null pre;
-      scripts = config.services.vllm-station.pair.scripts;
-      waitIdx = lib.lists.findFirstIndex (p: lib.hasInfix "vllm-station-pair-wait-worker" p) null pre;
-      prestartIdx = lib.lists.findFirstIndex (p: lib.hasInfix " \"prestart\"" p) null pre;
-      script = scripts.waitForWorker.text;
+      pre = map h.argv (sc config).ExecStartPre;
+      verb = argv: lib.take 2 (lib.drop 1 argv);
+      idx = v: lib.lists.findFirstIndex (a: verb a == v) null pre;
     in
-    h.ok "wait-for-worker in ExecStartPre ${builtins.toJSON pre}" (wait != null)
-    ++ h.eq "it is the rendered script" (h.argv wait) [ "${scripts.waitForWorker}" ]
-    ++ h.ok "before prestart" (waitIdx != null && prestartIdx != null && waitIdx < prestartIdx)
-    ++ h.ok "probes the worker's beacon" (lib.hasInfix "http://${workerIp}:29510/ready" script)
-    ++ h.ok "bounded (300 s)" (lib.hasInfix "+ 300" script)
-    ++ h.ok "message names the worker address" (
-      lib.hasInfix "the worker ${workerIp} did not answer" script && lib.hasInfix "exit 1" script
-    )
+    h.eq "the sequence: stamp gate, wait for the worker, prestart, preflight" (map verb pre) [
+      [ "gate" "stamp" ]
+      [ "pair" "wait-worker" ]
+      [ "prestart" "--gpu-node" ]
+      [ "preflight" "--config" ]
+    ]
+    ++ h.eq "wait-worker argv" (lib.elemAt pre (idx [ "pair" "wait-worker" ])) [
+      stationExe
+      "pair"
+      "wait-worker"
+      "--url"
+      "http://${workerIp}:29510/ready"
+      "--worker-address"
+      workerIp
+      "--timeout"
+      "300"
+      "--interval"
+      "5"
+    ]
   );
 
   order-worker-does-not-wait = h.check [ worker ] (
@@ -248,26 +262,57 @@ in
     config:
     let
       b = beacon config;
-      stop = config.services.vllm-station.pair.scripts.waitForHeadStop;
     in
     h.eq "bindsTo" b.bindsTo [ "vllm-station.service" ]
     ++ h.eq "after (so it stops first)" b.after [ "vllm-station.service" ]
     ++ h.eq "wantedBy" b.wantedBy [ "vllm-station.service" ]
-    ++ h.ok "serves on the worker's rail address" (
-      hasRun (h.argv b.serviceConfig.ExecStart) [
-        "--bind"
-        workerIp
+    ++ h.eq "the beacon: role, rank, rail address, the local stamp" (h.argv b.serviceConfig.ExecStart) [
+      stationExe
+      "pair"
+      "beacon"
+      "--bind"
+      workerIp
+      "--port"
+      "29510"
+      "--role"
+      "worker"
+      "--rank"
+      "1"
+      "--stamp"
+      "/var/lib/vllm-station-models/glm53/.station-verified.json"
+    ]
+    ++ h.eq "ExecStop waits for the head's master port, bounded" (map h.argv b.serviceConfig.ExecStop) [
+      [
+        stationExe
+        "pair"
+        "wait-head-stop"
+        "--head"
+        headIp
+        "--port"
+        "29500"
+        "--timeout"
+        "90"
+        "--interval"
+        "5"
+        "--unit"
+        "vllm-station.service"
       ]
-    )
-    ++ h.eq "ExecStop is the stop-order wait" (map h.argv b.serviceConfig.ExecStop) [ [ "${stop}" ] ]
+    ]
     ++ h.ok "ExecStop privileged (+): systemctl without the D-Bus system bus" (
       lib.all (lib.hasPrefix "+") b.serviceConfig.ExecStop
     )
-    ++ h.ok "ExecStop waits for the head's master port" (
-      lib.hasInfix "/dev/tcp/${headIp}/29500" stop.text
-    )
-    ++ h.ok "bounded (90 s)" (lib.hasInfix "+ 90" stop.text)
     ++ h.ok "stop timeout covers the wait" (b.serviceConfig.TimeoutStopSec > 90)
+    ++ h.eq "no shell: no ExecStartPre" (b.serviceConfig.ExecStartPre or [ ]) [ ]
+  );
+
+  beacon-sandbox-is-the-base = h.check [ worker ] (
+    config:
+    let
+      base = (import ../../../modules/lib/hardening.nix).base;
+      sc' = (beacon config).serviceConfig;
+    in
+    h.eq "every base setting, unrelaxed" (builtins.intersectAttrs base sc') base
+    ++ h.eq "DynamicUser" sc'.DynamicUser true
   );
 
   nccl-check-gates-the-head = h.check [ head ] (
@@ -285,12 +330,13 @@ in
       "vllm-station.service"
       "--wait"
       "30"
+      "--require-gdr" # the recipe requires GPUDirect RDMA confirmed: on by default
     ]
   );
 
   nccl-check-options = h.check (with' head {
     services.vllm-station.pair.ncclCheck = {
-      requireGdr = true;
+      requireGdr = false;
       pendingOk = true;
       waitSeconds = 10;
     };
@@ -299,7 +345,6 @@ in
     h.eq "nccl-check argv tail" (lib.drop 4 (h.argv (lib.last (sc config).ExecStartPost))) [
       "--wait"
       "10"
-      "--require-gdr"
       "--pending-ok"
     ]
   );
@@ -402,7 +447,9 @@ in
   );
 
   preset-model-default = h.check [ { services.vllm-station.serve.preset = "glm53-tp2"; } ] (
-    config: h.eq "model" config.services.vllm-station.serve.model "nvidia/GLM-5.3-NVFP4"
+    config:
+    h.eq "model: the download entry glm53's directory" config.services.vllm-station.serve.model "/var/lib/vllm-station-models/glm53"
+    ++ h.eq "its repository" config.services.vllm-station.download.presetModels.glm53 "nvidia/GLM-5.3-NVFP4"
   );
 
   import-enables-nothing = h.check [ ] (

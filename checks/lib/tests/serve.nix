@@ -5,6 +5,7 @@ let
     services.vllm-station.serve = {
       enable = true;
       model = lib.mkDefault "org/model";
+      allowHubDownload = lib.mkDefault true; # the unit's rendering, not the checkpoint path, is tested here
       image = lib.mkDefault h.image;
     };
   };
@@ -15,6 +16,7 @@ let
       image = h.image;
     };
   };
+  flashDir = "/var/lib/vllm-station-models/glm53-flash";
   with' = extra: [
     base
     { services.vllm-station.serve = extra; }
@@ -33,13 +35,10 @@ let
   waitReady =
     config:
     h.argv (lib.removeSuffix " \"--api-key-file\" \"/run/secrets/vllm-api-key\"" (builtins.head (sc config).ExecStartPost));
-  prestart = config: h.argv (builtins.head (sc config).ExecStartPre);
-  flagValue =
-    flag: argv:
-    let
-      idx = lib.lists.findFirstIndex (a: a == flag) null argv;
-    in
-    if idx == null then null else builtins.elemAt argv (idx + 1);
+  # The step of the start sequence whose verb (argv[1]) is `verb`.
+  step = verb: list: lib.findFirst (a: builtins.elemAt a 1 == verb) null (map h.argv list);
+  prestart = config: step "prestart" (sc config).ExecStartPre;
+  inherit (h) flagValue;
   envFlags =
     config:
     let
@@ -48,7 +47,7 @@ let
     lib.concatLists (
       lib.imap0 (i: a: lib.optional (a == "--env" && i + 1 < lib.length argv) (builtins.elemAt argv (i + 1))) argv
     );
-  preflightJson = config: builtins.fromJSON (builtins.unsafeDiscardStringContext config.environment.etc."vllm-station/preflight.json".text);
+  inherit (h) preflightJson;
 
   flashArgs = import ../../glm53-flash-flags.nix "127.0.0.1";
 in
@@ -166,7 +165,7 @@ in
     ++ h.eq "docker enabled" config.virtualisation.docker.enable true
     ++ h.eq "CDI generator enabled" config.hardware.nvidia-container-toolkit.enable true
     ++ h.eq "firewall untouched" (config.networking.firewall.allowedTCPPorts or [ ]) [ ]
-    ++ h.eq "warnings" config.warnings [ ]
+    ++ h.eq "warnings" (h.warningsBut "(allowHubDownload)" config) [ ]
     ++ h.contains "after docker" unit.after "docker.service"
     ++ h.contains "requires docker" unit.requires "docker.service"
     ++ h.contains "station on PATH" config.environment.systemPackages h.fake.station
@@ -281,8 +280,8 @@ in
 
   open-host-without-key-warns = h.check (with' { host = "0.0.0.0"; }) (
     config:
-    h.eq "one warning" (lib.length config.warnings) 1
-    ++ h.ok "warning names the option path" (lib.hasPrefix "services.vllm-station.serve:" (builtins.head config.warnings))
+    h.eq "one warning" (lib.length (h.warningsBut "(allowHubDownload)" config)) 1
+    ++ h.ok "warning names the option path" (lib.hasPrefix "services.vllm-station.serve:" (builtins.head (h.warningsBut "(allowHubDownload)" config)))
   );
 
   api-key-file = h.check (with' { apiKeyFile = "/run/secrets/vllm-api-key"; }) (
@@ -292,7 +291,14 @@ in
       argv = start config;
     in
     h.eq "LoadCredential" s.LoadCredential [ "api-key:/run/secrets/vllm-api-key" ]
-    ++ h.eq "wrapper first" (builtins.head argv) "/nix/store/00000000000000000000000000000000-vllm-station-api-key"
+    ++ h.eq "station exec puts the credential in the environment, then runs the runtime" (lib.take 6 argv) [
+      "${h.fake.station}/bin/station"
+      "exec"
+      "--secret-env"
+      "VLLM_API_KEY=%d/api-key"
+      "--"
+      "${h.fake.docker}/bin/docker"
+    ]
     ++ h.contains "key forwarded by name only" argv "VLLM_API_KEY"
     ++ h.ok "key file path not in ExecStart" (!lib.hasInfix "/run/secrets" s.ExecStart)
     ++ h.ok "wait-ready reads the key file, privileged (+)" (
@@ -375,7 +381,11 @@ in
       pre = (sc config).ExecStartPre;
       json = preflightJson config;
     in
-    h.eq "two ExecStartPre" (lib.length pre) 2
+    h.eq "the sequence: stamp gate, prestart, preflight" (map (a: builtins.elemAt (h.argv a) 1) pre) [
+      "gate"
+      "prestart"
+      "preflight"
+    ]
     ++ h.ok "preflight privileged" (lib.hasPrefix "+" (lib.last pre))
     ++ h.eq "preflight argv" (h.argv (lib.last pre)) [
       "${h.fake.station}/bin/station"
@@ -388,15 +398,15 @@ in
     ++ h.eq "preflight.json" json {
       host = "127.0.0.1";
       port = 8888;
-      model = "nvidia/GLM-5.3-Flash-NVFP4";
-      modelDir = null;
+      model = flashDir;
+      modelDir = flashDir;
       revision = null;
       gpuNode = 1;
       maxFilePagesGiB = 4;
       gpuMemoryUtilization = 0.94;
       maxModelLen = 1048576;
       maxNumSeqs = 256;
-      kvCacheDtype = "fp8";
+      kvCacheDtype = null; # the checkpoint's (fp8)
       runtime = "${h.fake.docker}/bin/docker";
       image = h.image;
       paths = {
@@ -410,8 +420,8 @@ in
 
   preflight-json-written-without-gate = h.check [ flash ] (
     config:
-    h.eq "one ExecStartPre" (lib.length (sc config).ExecStartPre) 1
-    ++ h.eq "json model" (preflightJson config).model "nvidia/GLM-5.3-Flash-NVFP4"
+    h.eq "stamp gate and prestart" (lib.length (sc config).ExecStartPre) 2
+    ++ h.eq "json model" (preflightJson config).model flashDir
   );
 
   preflight-settings-extensible = h.check [
@@ -512,10 +522,43 @@ in
       services.vllm-station.serve = {
         enable = true;
         model = "org/model";
+        allowHubDownload = true;
         backend = "native";
       };
     }
   ] (config: h.eq "no image in unit" ((h.unit config).serviceConfig.ExecStop) [ ]);
+
+  # ---- serving a hub id is a deliberate choice ----
+  assert-hub-id-needs-allow = h.assertionFails [
+    {
+      services.vllm-station.serve = {
+        enable = true;
+        image = h.image;
+        model = "nvidia/GLM-5.3-Flash-NVFP4";
+      };
+    }
+  ] "is the hub id \"nvidia/GLM-5.3-Flash-NVFP4\": vLLM would download it inside the serving unit, which is not bound to NUMA node 0";
+
+  hub-id-allowed-warns = h.check (with' { model = "org/hub-model"; }) (
+    config:
+    h.ok "warns why: ${builtins.toJSON config.warnings}" (
+      lib.any (w: lib.hasInfix "serving the hub id org/hub-model" w && lib.hasInfix "not bound to NUMA node 0" w) config.warnings
+    )
+    ++ h.eq "no stamp gate for a hub id" (map (a: builtins.elemAt (h.argv a) 1) (sc config).ExecStartPre) [ "prestart" ]
+  );
+
+  # The preset serves the verified local copy: the gate comes first, the hub is never contacted.
+  preset-serves-the-local-copy = h.check [ flash ] (
+    config:
+    h.eq "model" (lib.head config.services.vllm-station.serve.vllmArgs) flashDir
+    ++ h.eq "gate first" (lib.take 4 (h.argv (lib.head (sc config).ExecStartPre))) [
+      "${h.fake.station}/bin/station"
+      "gate"
+      "stamp"
+      flashDir
+    ]
+    ++ h.eq "no hub warning" config.warnings [ ]
+  );
 
   assert-numa-cpuset-mems = h.assertionFails (with' {
     containerOptions = [ "--cpuset-mems=0" ];
@@ -546,6 +589,18 @@ in
       };
     }
   ] "found: serviceConfig.NUMAPolicy, serviceConfig.NUMAMask";
+
+  # cgroup memory-node restrictions pin the process just as well (AllowedMemoryNodes= and the
+  # start-up variant, which applies while the unit starts — i.e. while vLLM allocates).
+  assert-numa-allowed-memory-nodes = h.assertionFails [
+    base
+    {
+      systemd.services.vllm-station.serviceConfig = {
+        AllowedMemoryNodes = "0";
+        StartupAllowedMemoryNodes = "0";
+      };
+    }
+  ] "found: serviceConfig.AllowedMemoryNodes, serviceConfig.StartupAllowedMemoryNodes";
 
   assert-auto-tool-choice-needs-parser = h.assertionFails (with' {
     enableAutoToolChoice = true;

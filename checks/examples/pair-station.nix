@@ -1,0 +1,79 @@
+# Example: a pair of stations serving GLM-5.3 NVFP4 (753B) with TP=2 over a ConnectX-8 RoCE rail,
+# as one function of the role: station-a.nix is `role = "head"` (rank 0, serves the API),
+# station-b.nix `role = "worker"` (rank 1, headless) — `nixosConfigurations.station-a`/`-b`,
+# aarch64-linux. Everything else derives from the role. Operator path: README, "Two stations".
+{ role }:
+{ ... }:
+let
+  headAddress = "192.168.100.1"; # rail addresses (cx8r1), /30 point-to-point
+  workerAddress = "192.168.100.2";
+
+  isHead = role == "head";
+  self = if isHead then headAddress else workerAddress;
+in
+{
+  services.vllm-station = {
+    serve = {
+      enable = true;
+      preset = "glm53-tp2";
+      # The digest you pulled and tested on both stations; this one is a placeholder of the right shape.
+      image = "vllm/vllm-openai@sha256:4b5ad1f6c2e3d4a5b6c7d8e9f0a1b2c3d4e5f60718293a4b5c6d7e8f9a0b1c2d";
+      # The preset serves /var/lib/vllm-station-models/glm53: each station its own complete,
+      # verified copy of the checkpoint (the download entry `glm53` below).
+      # The head serves the office network with a key; the worker exposes no API at all.
+      host = "0.0.0.0";
+      openFirewall = isHead;
+      apiKeyFile = if isHead then "/run/secrets/vllm-api-key" else null;
+      preflight.enable = true;
+    };
+
+    # Station A downloads (bound to NUMA node 0) and verifies; station B verifies the copy rsync'd
+    # from A (`station numa-exec --membind 0 -- rsync …`). Same pinned revision on both.
+    download = {
+      enable = true;
+      models.glm53 = {
+        # model = "nvidia/GLM-5.3-NVFP4" comes from the preset.
+        revision = "5f0c6e1d2b3a49788c7d6e5f4a3b2c1d0e9f8a7b";
+        tokenFile = "/run/secrets/hf-token";
+        verifyOnly = !isHead;
+      };
+    };
+
+    pair = {
+      enable = true;
+      inherit role headAddress workerAddress;
+      railInterface = "cx8r1";
+      railHca = "mlx5_1";
+      gidIndex = 3;
+    };
+
+    # CDMM, zone reclaim, no NUMA balancing, init_on_alloc=0, unlimited memlock.
+    host.enable = true;
+  };
+
+  # The RoCE rail: jumbo frames, this station's rail address.
+  networking.interfaces.cx8r1 = {
+    mtu = 9000;
+    ipv4.addresses = [
+      {
+        address = self;
+        prefixLength = 30;
+      }
+    ];
+  };
+
+  # The GPU driver behind CDI (`hardware.nvidia-container-toolkit`, enabled by the serve module).
+  nixpkgs.config.allowUnfree = true;
+  services.xserver.videoDrivers = [ "nvidia" ]; # selects the driver; no X server is enabled
+  hardware.nvidia.open = true; # GB300 (Blackwell) needs the open kernel modules
+
+  # A bootable minimum, so the example evaluates as a whole system.
+  boot.loader.grub.enable = false;
+  boot.loader.systemd-boot.enable = true;
+  fileSystems."/" = {
+    device = "/dev/disk/by-label/nixos";
+    fsType = "ext4";
+  };
+  networking.hostName = if isHead then "station-a" else "station-b";
+  system.stateVersion = "24.11";
+}
