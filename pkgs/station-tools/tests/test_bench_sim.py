@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from vllm_station.bench.sim.process import SimProcess
 from vllm_station.cli import main
-from vllm_station.simulate import SimProcess
 
 GOLDEN_KEYS = Path(__file__).parent / "data" / "bench-report-keys.txt"
 TTFT, ITL = 0.05, 0.01

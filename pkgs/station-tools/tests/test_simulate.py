@@ -12,8 +12,10 @@ from typing import Any
 
 import httpx
 import pytest
+from simserver import SimServer
 
-from vllm_station.simulate import GENERATION_OVERHEAD, MESSAGE_OVERHEAD, SimConfig, SimProcess, SimServer
+from vllm_station.bench.sim.config import GENERATION_OVERHEAD, MESSAGE_OVERHEAD, SimConfig
+from vllm_station.bench.sim.process import SimProcess
 
 
 def _events(text: str) -> list[str]:

@@ -1,12 +1,14 @@
 """`station` — argparse only. One subcommand per command module; errors become exit codes, never tracebacks.
 
-Each command module exposes::
+This is the one home of the command table (`COMMANDS`: name, module, one-line help). Each command module
+exposes::
 
-    HELP: str                                   # one line for `station --help`
     def configure(parser: argparse.ArgumentParser) -> None
     def run(args: argparse.Namespace) -> int    # the exit code
 
-and is imported only when its subcommand runs, so `station smoke` never imports matplotlib or cffi.
+and never imports this module. A command's module is imported only when that subcommand runs, so
+`station smoke` never imports matplotlib or cffi and `station --help` imports no command module at all.
+The `station-<command>` scripts are generated from `COMMANDS` by `vllm_station.entry`.
 """
 
 from __future__ import annotations
@@ -32,17 +34,34 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "download": ("download", "download a pinned model revision bound to NUMA node 0, then verify it"),
     "verify": ("verify", "verify a checkpoint: config, index, shard headers, optional sha256; write a stamp"),
     "bench": ("bench.cli", "load test: concurrency sweep, burst, prefill; tables, JSON/CSV, PNG plots"),
-    "simulate": ("simulate", "an OpenAI-compatible server with a known timing schedule (bench ground truth)"),
+    "simulate": (
+        "bench.sim.cli",
+        "an OpenAI-compatible server with a known timing schedule (bench ground truth)",
+    ),
     "nccl-check": ("nccl", "classify the NCCL transport (GPUDirect RDMA / IB / socket) from logs"),
+    "gate": ("gate", "start gates of the serving unit: a verified checkpoint stamp"),
+    "pair": ("pair.cli", "two-station ordering: wait for the worker, let the head stop first, the beacon"),
 }
 
 
-def _load(name: str) -> ModuleType:
-    module_name, _ = COMMANDS[name]
-    return importlib.import_module(f"vllm_station.{module_name}")
+class CommandUnavailable(StationError):
+    """A command's module (or a package it needs) is not installed: exit 1 with what is missing."""
+
+
+def load(name: str) -> ModuleType:
+    """The module of command `name`; a missing module or dependency is a `CommandUnavailable`."""
+    module_name = f"vllm_station.{COMMANDS[name][0]}"
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or ""
+        if module_name == missing or module_name.startswith(missing + "."):
+            raise CommandUnavailable(f"this installation has no module {module_name} ({exc})") from None
+        raise CommandUnavailable(f"{module_name} needs a package that is not installed: {exc}") from None
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line; only the subcommand `only` (if any) imports its module for its options."""
     parser = argparse.ArgumentParser(prog="station", description="vllm-station operator tools")
     parser.add_argument("--version", action="version", version=f"station {__version__}")
     parser.add_argument("--debug", action="store_true", help="log debug details to stderr")
@@ -50,8 +69,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     for name, (_, help_text) in COMMANDS.items():
         sp = sub.add_parser(name, help=help_text, description=help_text)
         sp.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-        if only is None or name == only:
-            _load(name).configure(sp)
+        if name == only:
+            load(name).configure(sp)
     return parser
 
 
@@ -65,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
         return int(exc.code or 0) if isinstance(exc.code, int) else EXIT_USAGE
     except StationError as err:
-        print(f"station: error: {err}", file=sys.stderr)
+        print(f"station {only}: error: {err}" if only else f"station: error: {err}", file=sys.stderr)
         return err.exit_code
     logging.basicConfig(
         level=logging.DEBUG if getattr(args, "debug", False) else logging.WARNING,
@@ -76,18 +95,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     try:
-        return int(_load(args.command).run(args))
+        return int(load(args.command).run(args))
     except StationError as err:
         print(f"station {args.command}: error: {err}", file=sys.stderr)
         return err.exit_code
     except KeyboardInterrupt:
         print(f"station {args.command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-
-
-def command_main(name: str, argv: list[str] | None = None) -> int:
-    """`main(argv)` for one command module: `station NAME ARGV...`."""
-    return main([name, *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

@@ -16,8 +16,6 @@ import sys
 
 from vllm_station.errors import StationError, UsageError
 
-HELP = "run a command with its memory bound to NUMA nodes (default node 0)"
-
 log = logging.getLogger("vllm_station.numa_exec")
 
 
@@ -67,9 +65,3 @@ def exec_bound(nodes_spec: str, command: list[str]) -> None:
 def run(args: argparse.Namespace) -> int:
     exec_bound(args.membind, list(args.cmd))
     return 1  # not reached: exec_bound replaces the process or raises
-
-
-def main(argv: list[str] | None = None) -> int:
-    from vllm_station.cli import command_main
-
-    return command_main("numa-exec", argv)

@@ -46,7 +46,6 @@ from vllm_station.errors import EXIT_FAIL, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE
 
 log = logging.getLogger(__name__)
 
-HELP = "go/no-go: model list, chat answer, get_weather tool call (plain and streamed)"
 SCHEMA_VERSION = 1
 CHECKS = ("models", "chat", "tool_call", "tool_call_stream")
 SEED = 1234
@@ -485,7 +484,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--api-key-file",
         metavar="FILE",
-        help="file holding the API key (default: $STATION_API_KEY, else no key)",
+        help="file holding the API key (default: $STATION_API_KEY, else $OPENAI_API_KEY, else no key)",
     )
     parser.add_argument(
         "--timeout",
@@ -537,9 +536,3 @@ def render(rep: SmokeReport) -> str:
         EXIT_UNREACHABLE: "NO-GO (unreachable)",
     }.get(rep.exit_code, "NO-GO")
     return f"{head}\n{body}\n{verdict}: {', '.join(parts)} (exit {rep.exit_code})"
-
-
-def main(argv: list[str] | None = None) -> int:
-    from vllm_station.cli import command_main
-
-    return command_main("smoke", argv)

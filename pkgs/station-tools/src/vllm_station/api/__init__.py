@@ -8,7 +8,7 @@ Public API::
 See `vllm_station.api.client` for the calls and `vllm_station.api.errors` for what each error means.
 """
 
-from vllm_station.api.client import API_KEY_ENV, ApiClient, load_api_key, split_base_url
+from vllm_station.api.client import API_KEY_ENV, API_KEY_ENVS, ApiClient, load_api_key, split_base_url
 from vllm_station.api.errors import (
     ApiError,
     ApiKeyError,
@@ -32,6 +32,7 @@ from vllm_station.api.sse import SseEvent, iter_sse_events
 
 __all__ = [
     "API_KEY_ENV",
+    "API_KEY_ENVS",
     "ApiClient",
     "ApiError",
     "ApiKeyError",

@@ -47,6 +47,8 @@ from vllm_station.errors import UsageError
 log = logging.getLogger(__name__)
 
 API_KEY_ENV = "STATION_API_KEY"
+# load_api_key without a key file: the first of these that is set ($OPENAI_API_KEY: what OpenAI tools read).
+API_KEY_ENVS = (API_KEY_ENV, "OPENAI_API_KEY")
 DEFAULT_TIMEOUT_S = 60.0
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
 _MASK = "***"
@@ -101,10 +103,16 @@ def split_base_url(url: str) -> tuple[str, str]:
 
 
 def load_api_key(key_file: str | os.PathLike[str] | None, env: Mapping[str, str] | None = None) -> str | None:
-    """The API key from `key_file` (whole file, surrounding whitespace stripped), else `$STATION_API_KEY`.
+    """The API key, by one rule for every command.
 
-    Returns None when neither is given. A missing, unreadable or empty file is an `ApiKeyError` (exit 2);
-    the messages name the file, never its content.
+    1. `key_file` (`--api-key-file`): the whole file, surrounding whitespace stripped; the environment
+       is not read. A missing, unreadable or empty file is an `ApiKeyError` (exit 2).
+    2. else the first of `$STATION_API_KEY`, `$OPENAI_API_KEY` that is set: its value, stripped. Set but
+       empty means no key (so `STATION_API_KEY=` keeps an `$OPENAI_API_KEY` from being sent).
+    3. else None: no key.
+
+    A key with whitespace, control or non-ASCII characters inside is an `ApiKeyError`. The messages name
+    the file or variable, never the key.
     """
     if key_file is not None:
         path = Path(key_file)
@@ -119,13 +127,17 @@ def load_api_key(key_file: str | os.PathLike[str] | None, env: Mapping[str, str]
         except (OSError, UnicodeDecodeError) as exc:
             raise ApiKeyError(f"API key file {path}: cannot read it ({type(exc).__name__})") from None
         origin = f"API key file {path}"
+        if not key:
+            raise ApiKeyError(f"{origin} is empty")
     else:
-        key = (os.environ if env is None else env).get(API_KEY_ENV, "").strip()
+        environ = os.environ if env is None else env
+        name = next((n for n in API_KEY_ENVS if n in environ), None)
+        if name is None:
+            return None
+        key = environ[name].strip()
         if not key:
             return None
-        origin = f"${API_KEY_ENV}"
-    if not key:
-        raise ApiKeyError(f"{origin} is empty")
+        origin = f"${name}"
     if any(c.isspace() or ord(c) < 0x20 or ord(c) == 0x7F for c in key) or not key.isascii():
         raise ApiKeyError(f"{origin}: the key contains whitespace, control or non-ASCII characters")
     return key
@@ -162,7 +174,8 @@ def _error_text(body: str) -> str:
     return body
 
 
-_STATUS_HINTS = {
+# What to do about an HTTP status, for operators (also bench's model discovery).
+STATUS_HINTS = {
     401: "the server wants an API key: pass --api-key-file FILE or set STATION_API_KEY",
     403: "the API key was refused: check --api-key-file / STATION_API_KEY",
     404: "wrong base URL or model name? (the server root or its /v1 URL both work)",
@@ -561,7 +574,7 @@ class ApiClient:
         except ValueError:
             phrase = ""
         detail = excerpt(_error_text(text), 200) or "(empty body)"
-        hint = _STATUS_HINTS.get(status) or (
+        hint = STATUS_HINTS.get(status) or (
             "the server failed: see its log (journalctl -u vllm-station)" if status >= 500 else ""
         )
         msg = f"{where} at {url}: HTTP {status}{' ' + phrase if phrase else ''}: {detail}"

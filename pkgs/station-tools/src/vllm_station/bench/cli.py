@@ -19,12 +19,12 @@ import secrets
 import sys
 from pathlib import Path
 
+from vllm_station.api import load_api_key, split_base_url
 from vllm_station.bench import expect as expect_mod
-from vllm_station.bench.modes import DEFAULT_LEVELS, BenchOptions, Count, execute, normalise_base_url
+from vllm_station.bench.modes import DEFAULT_LEVELS, BenchOptions, Count, execute
 from vllm_station.bench.report import render_table, to_csv, to_json
 from vllm_station.errors import Unreachable, UsageError
 
-HELP = "load test: concurrency sweep, burst, prefill; tables, JSON/CSV, PNG plots"
 log = logging.getLogger("vllm_station.bench")
 
 MODE_DEFAULTS = {  # warmup, requests, repeats, output_len
@@ -61,9 +61,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=None, help="model name (default: the first of /v1/models)")
     parser.add_argument(
         "--api-key-file",
-        type=Path,
-        default=None,
-        help="file with the bearer key (default $OPENAI_API_KEY, if set); never printed",
+        metavar="FILE",
+        help="file holding the API key (default: $STATION_API_KEY, else $OPENAI_API_KEY, else no key)",
     )
     parser.add_argument(
         "--concurrency",
@@ -155,14 +154,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def options(args: argparse.Namespace) -> BenchOptions:
     mode: str = args.mode
     d_warm, d_req, d_rep, d_out = MODE_DEFAULTS[mode]
-    key = None
-    if args.api_key_file is not None:
-        try:
-            key = args.api_key_file.read_text().strip()
-        except OSError as err:
-            raise UsageError(f"--api-key-file {args.api_key_file}: {err.strerror}") from None
-    else:
-        key = os.environ.get("OPENAI_API_KEY") or None
     if mode == "prefill":
         if args.concurrency is not None and len(args.concurrency) != 1:
             raise UsageError("prefill: --concurrency takes one number (requests in flight)")
@@ -178,9 +169,9 @@ def options(args: argparse.Namespace) -> BenchOptions:
         raise UsageError("--repeats must be at least 1")
     opts = BenchOptions(
         mode=mode,
-        base_url=normalise_base_url(args.base_url),
+        base_url=split_base_url(args.base_url)[0],
         model=args.model,
-        api_key=key,
+        api_key=load_api_key(args.api_key_file),
         levels=levels,
         warmup=Count.parse(args.warmup or d_warm),
         requests=Count.parse(args.requests or d_req),
@@ -224,9 +215,3 @@ def run(args: argparse.Namespace) -> int:
             raise Unreachable(f"{opts.base_url}: no request could connect; is the server up?")
         return 1
     return 0 if report.passed else 1
-
-
-def main(argv: list[str] | None = None) -> int:
-    from vllm_station.cli import command_main
-
-    return command_main("bench", argv)

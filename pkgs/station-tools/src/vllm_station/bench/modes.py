@@ -23,6 +23,7 @@ from typing import Any
 
 import aiohttp
 
+from vllm_station.api.client import STATUS_HINTS
 from vllm_station.bench import expect as expect_mod
 from vllm_station.bench import prompts
 from vllm_station.bench.client import BenchClient, RawResult, run_burst, run_closed_loop
@@ -94,15 +95,6 @@ class BenchOptions:
         return [("p" if self.mode == "prefill" else "c") + str(v) for v in self.levels]
 
 
-def normalise_base_url(url: str) -> str:
-    u = url.strip().rstrip("/")
-    if u.endswith("/v1"):
-        u = u[:-3]
-    if "://" not in u:
-        u = "http://" + u
-    return u
-
-
 class Progress:
     """A one-line live display on stderr (a TTY), or one line per phase otherwise. Never on the hot path:
     requests only bump counters; a separate task redraws every half second."""
@@ -168,6 +160,9 @@ async def _discover_model(client: BenchClient) -> str:
         data = await client.get_json("/v1/models", timeout=15.0)
     except aiohttp.ClientConnectorError as err:
         raise Unreachable(f"{client.base_url}: cannot connect ({err.os_error}); is the server up?") from None
+    except aiohttp.ClientResponseError as err:  # it answered: not unreachable (a 401 is the key)
+        hint = STATUS_HINTS.get(err.status, "pass --model to skip discovery")
+        raise StationError(f"{client.base_url}/v1/models: HTTP {err.status} {err.message} — {hint}") from None
     except (aiohttp.ClientError, TimeoutError) as err:
         raise Unreachable(
             f"{client.base_url}/v1/models failed: {err}; pass --model to skip discovery"

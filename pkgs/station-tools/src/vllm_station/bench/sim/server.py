@@ -1,68 +1,30 @@
-"""`station simulate`: an OpenAI-compatible server with a *known* timing schedule.
+"""The simulator's aiohttp application: vLLM-shaped responses on a known schedule, its emissions measured.
 
-It is the ground truth for `station bench` (accuracy tests, client-capacity measurements) and a GPU-free
-way to rehearse a go-live. Streams are shaped exactly like vLLM 0.32's chat SSE: a role chunk
-(`delta: {role: assistant, content: ""}`), one chunk per token, the last token's chunk carrying
-`finish_reason`, a usage chunk with `choices: []` (when `stream_options.include_usage`), then `data: [DONE]`.
+Streams are shaped exactly like vLLM 0.32's chat SSE: a role chunk (`delta: {role: assistant, content: ""}`),
+one chunk per token, the last token's chunk carrying `finish_reason`, a usage chunk with `choices: []` (when
+`stream_options.include_usage`), then `data: [DONE]`.
 
-Schedule per request (all times from the moment the handler starts):
-    first token at  ttft + prefill_per_token × prompt_tokens (+ jitter)
-    token k at      first + k × itl (+ jitter, uniform in ±jitter, never before the previous token)
-Tokens are timed against an absolute schedule (no drift). The server records the moment it hands every
-token to the socket and reports that emitted schedule at `GET /sim/stats` (and on exit, `--stats-file`):
-its own timing is measured, never assumed.
-
-Tokenizer (also `/tokenize`): one whitespace-separated word is one token; each chat message adds
-`MESSAGE_OVERHEAD` tokens and the generation prompt `GENERATION_OVERHEAD`.
-
-Failure injection (`--fail KIND=RATE,...`, seeded): `5xx` (HTTP 500 JSON error before streaming), `4xx`
-(HTTP 400), `truncate` (connection dropped after half the tokens, no terminating chunk), `stall` (role chunk,
-then nothing until the client gives up), `error_event` (an SSE `{"error": …}` event mid-stream, like vLLM's
-GenerationError, then `[DONE]`).
+Tokens are timed against an absolute schedule (no drift; see `config`). The server records the moment it
+hands every token to the socket and reports that emitted schedule at `GET /sim/stats` (and on exit,
+`--stats-file`): its own timing is measured, never assumed.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import contextlib
 import json
-import logging
-import os
 import random
-import signal
 import statistics
-import subprocess
-import sys
-import threading
 import time
 import uuid
 import zlib
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import httpx
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
-from vllm_station.errors import UsageError
-
-HELP = "an OpenAI-compatible server with a known timing schedule (bench ground truth)"
-log = logging.getLogger("vllm_station.simulate")
-
-MESSAGE_OVERHEAD = 4
-GENERATION_OVERHEAD = 3
-FAIL_KINDS = ("5xx", "4xx", "truncate", "stall", "error_event")
-_WORD_TEXT = (  # one token each in common BPE/SentencePiece vocabularies
-    "the of and to in is it that was for on are as with his they at be this from have or one had by word "
-    "but not what all were we when your can said there use an each which she do how their if will up "
-    "other about out many then them these so some her would make like him into time has look two more "
-    "write go see number no way could people my than first water been call who oil its now find long down "
-    "day did get come made may part"
-)
-_WORDS = _WORD_TEXT.split()
-
+from vllm_station.bench.sim.config import FAIL_KINDS, GENERATION_OVERHEAD, WORDS, SimConfig, count_tokens
 
 _ROLE_CHOICE = '{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}'
 
@@ -90,26 +52,6 @@ def _arrival(request: web.Request) -> float:
     now = time.perf_counter()
     t = _RX.get(id(request.protocol))
     return t if t is not None and now - t < 5.0 else now
-
-
-@dataclass
-class SimConfig:
-    model: str = "sim"
-    ttft: float = 0.05
-    itl: float = 0.01
-    jitter: float = 0.0
-    prefill_per_token: float = 0.0
-    output_len: int = 64
-    eos_after: int | None = None
-    max_model_len: int = 131072
-    fail: dict[str, float] = field(default_factory=dict)
-    seed: int = 0
-    tokenize: bool = True
-    api_key: str | None = None
-    stall_seconds: float = 300.0
-
-    def first_token_delay(self, prompt_tokens: int) -> float:
-        return self.ttft + self.prefill_per_token * prompt_tokens
 
 
 @dataclass
@@ -145,19 +87,6 @@ def _dist(values: list[float]) -> dict[str, float | int | None]:
         "min": s[0],
         "max": s[-1],
     }
-
-
-def count_tokens(messages: list[dict[str, Any]] | None, prompt: str | None = None) -> int:
-    """The simulator's tokenizer: words, plus a fixed template overhead per message."""
-    if prompt is not None:
-        return len(prompt.split())
-    total = GENERATION_OVERHEAD
-    for msg in messages or []:
-        content = msg.get("content")
-        if isinstance(content, list):  # [{"type": "text", "text": ...}]
-            content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-        total += MESSAGE_OVERHEAD + len(str(content or "").split())
-    return total
 
 
 class Simulator:
@@ -423,7 +352,7 @@ class Simulator:
         rec.emits = [now]
         rec.end = now
         n = len(due)
-        text = " ".join(_WORDS[k % len(_WORDS)] for k in range(n))
+        text = " ".join(WORDS[k % len(WORDS)] for k in range(n))
         usage = {"prompt_tokens": n_prompt, "total_tokens": n_prompt + n, "completion_tokens": n}
         self._count_success(rec, n_prompt, n)
         base = {"id": rid, "created": int(time.time()), "model": self.config.model}
@@ -488,7 +417,7 @@ class Simulator:
         head = f'{{"id":"{rid}","object":"{obj}","created":{created},"model":{json.dumps(model)},"choices":['
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         n = len(due)
-        words = _WORDS
+        words = WORDS
         nw = len(words)
         kind = rec.injected
         cut = n // 2 if kind in ("truncate", "error_event") else n
@@ -592,27 +521,8 @@ def _tool_call_pieces(tools: list[dict[str, Any]], tool_choice: Any) -> list[dic
     return [first, *rest]
 
 
-# ---- running it ------------------------------------------------------------------------------------------
-def parse_fail(spec: str | None) -> dict[str, float]:
-    out: dict[str, float] = {}
-    if not spec:
-        return out
-    for part in spec.split(","):
-        kind, _, rate = part.strip().partition("=")
-        if kind not in FAIL_KINDS:
-            raise UsageError(f"--fail: unknown kind {kind!r}; choose from {', '.join(FAIL_KINDS)}")
-        try:
-            out[kind] = float(rate)
-        except ValueError:
-            raise UsageError(f"--fail: {part!r} is not KIND=RATE (e.g. 5xx=0.1)") from None
-    if sum(out.values()) > 1:
-        raise UsageError("--fail: the rates add up to more than 1")
-    return out
-
-
-async def serve(
-    config: SimConfig, host: str, port: int, ready: Any = None
-) -> tuple[web.AppRunner, Simulator, int]:
+async def serve(config: SimConfig, host: str, port: int) -> tuple[web.AppRunner, Simulator, int]:
+    """Start a simulator on host:port (0: a free port); returns its runner, its records and the bound port."""
     _install_arrival_stamp()
     sim = Simulator(config)
     runner = web.AppRunner(sim.app(), access_log=None, handle_signals=False)
@@ -623,199 +533,3 @@ async def serve(
     for addr in runner.addresses:  # the bound port when port 0 asked for a free one
         actual = int(addr[1])
     return runner, sim, actual
-
-
-class SimServer:
-    """In-process simulator on its own event loop thread (tests); `with SimServer(cfg) as s: s.base_url`."""
-
-    def __init__(self, config: SimConfig | None = None, host: str = "127.0.0.1") -> None:
-        self.config = config or SimConfig()
-        self.host = host
-        self.port = 0
-        self.sim: Simulator | None = None
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self._runner: web.AppRunner | None = None
-
-    @property
-    def base_url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    def __enter__(self) -> SimServer:
-        self._thread.start()
-        fut = asyncio.run_coroutine_threadsafe(serve(self.config, self.host, 0), self._loop)
-        self._runner, self.sim, self.port = fut.result(timeout=10)
-        return self
-
-    def stats(self) -> dict[str, Any]:
-        assert self.sim is not None
-
-        async def get() -> dict[str, Any]:
-            assert self.sim is not None
-            return self.sim.stats()
-
-        return asyncio.run_coroutine_threadsafe(get(), self._loop).result(timeout=10)
-
-    def __exit__(self, *exc: object) -> None:
-        if self._runner is not None:
-            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(timeout=10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=10)
-
-
-def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000, help="0 picks a free port (printed on stderr)")
-    parser.add_argument("--model", default="sim", help="served model name")
-    parser.add_argument("--ttft", type=float, default=0.05, help="seconds to the first token (default 0.05)")
-    parser.add_argument("--itl", type=float, default=0.01, help="seconds between tokens (default 0.01)")
-    parser.add_argument("--jitter", type=float, default=0.0, help="± uniform jitter per token, seconds")
-    parser.add_argument(
-        "--prefill-per-token",
-        type=float,
-        default=0.0,
-        help="extra TTFT per prompt token, seconds (e.g. 3e-5)",
-    )
-    parser.add_argument(
-        "--output-len", type=int, default=64, help="tokens when the request sets no max_tokens"
-    )
-    parser.add_argument(
-        "--eos-after", type=int, default=None, help="stop after N tokens unless ignore_eos (emulates EOS)"
-    )
-    parser.add_argument("--max-model-len", type=int, default=131072 + 4096)
-    parser.add_argument(
-        "--fail", default=None, help="failure injection KIND=RATE,… kinds: " + ", ".join(FAIL_KINDS)
-    )
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--no-tokenize", action="store_true", help="serve no /tokenize (like a non-vLLM server)"
-    )
-    parser.add_argument("--api-key-file", type=Path, default=None, help="require this bearer key on /v1")
-    parser.add_argument(
-        "--stats-file", type=Path, default=None, help="write the emitted schedule here on exit"
-    )
-
-
-def options(args: argparse.Namespace) -> SimConfig:
-    key = args.api_key_file.read_text().strip() if args.api_key_file else None
-    if args.ttft < 0 or args.itl < 0 or args.jitter < 0:
-        raise UsageError("--ttft, --itl and --jitter must be >= 0")
-    return SimConfig(
-        model=args.model,
-        ttft=args.ttft,
-        itl=args.itl,
-        jitter=args.jitter,
-        prefill_per_token=args.prefill_per_token,
-        output_len=args.output_len,
-        eos_after=args.eos_after,
-        max_model_len=args.max_model_len,
-        fail=parse_fail(args.fail),
-        seed=args.seed,
-        tokenize=not args.no_tokenize,
-        api_key=key,
-    )
-
-
-def run(args: argparse.Namespace) -> int:
-    config = options(args)
-    return asyncio.run(_run(config, args.host, args.port, args.stats_file))
-
-
-async def _run(config: SimConfig, host: str, port: int, stats_file: Path | None) -> int:
-    try:
-        runner, sim, actual = await serve(config, host, port)
-    except OSError as err:
-        raise UsageError(f"cannot listen on {host}:{port}: {err.strerror}; pick another --port") from None
-    print(
-        f"station simulate: listening on http://{host}:{actual} (model {config.model}, ttft {config.ttft}s, "
-        f"itl {config.itl}s)",
-        file=sys.stderr,
-        flush=True,
-    )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    await runner.cleanup()
-    stats = sim.stats()
-    em = stats["emitted"]
-    if em["ttft"]["n"]:
-        print(
-            f"station simulate: emitted {stats['completed']} streams; "
-            f"TTFT median {em['ttft']['median']:.4f}s "
-            f"(configured {config.ttft}s), token gap median {em['itl_gaps']['median'] or 0:.4f}s "
-            f"(configured {config.itl}s), lateness p99 {em['lateness']['p99'] or 0:.4f}s",
-            file=sys.stderr,
-        )
-    if stats_file is not None:
-        stats_file.write_text(json.dumps(stats, indent=2) + "\n")
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    from vllm_station.cli import command_main
-
-    return command_main("simulate", argv)
-
-
-class SimProcess:
-    """`station simulate` in a subprocess of its own session (tests, scripts/bench-accuracy): real timing,
-    no shared GIL. `with SimProcess(["--ttft", "0.05"]) as sim: sim.base_url, sim.stats()`; stopped by
-    process group on exit."""
-
-    def __init__(self, args: list[str], python: str | None = None, start_timeout: float = 20.0) -> None:
-        self.args = args
-        self.python = python or sys.executable
-        self.start_timeout = start_timeout
-        self.base_url = ""
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.log: list[str] = []
-
-    def __enter__(self) -> SimProcess:
-        cmd = [self.python, "-m", "vllm_station", "simulate", "--port", "0", *self.args]
-        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, start_new_session=True)
-        assert self.proc.stderr is not None
-        deadline = time.monotonic() + self.start_timeout
-        line = b""
-        while time.monotonic() < deadline:
-            line = self.proc.stderr.readline()
-            if not line:
-                break
-            if b"listening on " in line:
-                self.base_url = line.split(b"listening on ", 1)[1].split()[0].decode()
-                # keep draining stderr so a chatty server can never block on a full pipe
-                threading.Thread(target=self._drain, daemon=True).start()
-                return self
-        self.__exit__()
-        raise RuntimeError(f"station simulate did not start: {line.decode(errors='replace')}")
-
-    def _drain(self) -> None:
-        proc = self.proc
-        if proc is not None and proc.stderr is not None:
-            with contextlib.suppress(ValueError, OSError):
-                for raw in proc.stderr:
-                    self.log.append(raw.decode(errors="replace"))
-
-    def stats(self) -> dict[str, Any]:
-        resp = httpx.get(self.base_url + "/sim/stats", timeout=10, trust_env=False)
-        resp.raise_for_status()
-        data: dict[str, Any] = resp.json()
-        return data
-
-    def reset(self) -> None:
-        httpx.post(self.base_url + "/sim/reset", timeout=10, trust_env=False).raise_for_status()
-
-    def __exit__(self, *exc: object) -> None:
-        if self.proc is None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=10)
-        self.proc = None
