@@ -246,13 +246,27 @@ def test_cli_require_gdr_turns_the_warning_into_a_failure(capsys: pytest.Capture
         (["-", "--log", "x.log"], "exactly one source"),
         (["--unit", "u", "--log", "x.log"], "exactly one source"),
         (["stray"], "unexpected argument 'stray'"),
-        (["--log", "/nonexistent/nccl.log"], "does not exist"),
-        (["--log", str(DATA)], "is a directory"),
         (["--log", str(DATA / "gdrdma.log"), "--wait", "-1"], "--wait must be"),
+        (["--log", str(DATA / "gdrdma.log"), "--wait", "5", "--interval", "0"], "--interval must be"),
     ],
 )
 def test_cli_usage_errors(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["nccl-check", *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--log", "/nonexistent/nccl.log"], "does not exist"),
+        (["--log", str(DATA)], "is a directory"),
+    ],
+)
+def test_cli_unreadable_log_is_exit_3(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An unreadable source is Unreachable (3), not a usage error (2) nor PENDING (4)."""
+    assert main(["nccl-check", *argv]) == 3
     assert message in capsys.readouterr().err
 
 
@@ -332,7 +346,7 @@ def test_unit_without_journalctl_is_a_clear_error(
     empty = tmp_path / "empty-bin"
     empty.mkdir()
     monkeypatch.setenv("PATH", str(empty))
-    assert main(["nccl-check", "--unit", "vllm-station.service"]) == 2
+    assert main(["nccl-check", "--unit", "vllm-station.service"]) == 3
     err = capsys.readouterr().err
     assert "journalctl not found on PATH" in err and "--log FILE" in err
 
@@ -342,7 +356,7 @@ def test_unit_journal_permission_is_a_clear_error(
 ) -> None:
     monkeypatch.setenv("FAKE_JOURNAL", str(DATA / "pending_no_nccl.log"))
     monkeypatch.setenv("FAKE_DENIED", "1")
-    assert main(["nccl-check", "--unit", "vllm-station.service"]) == 2
+    assert main(["nccl-check", "--unit", "vllm-station.service"]) == 3
     err = capsys.readouterr().err
     assert "cannot show the system journal" in err and "ExecStartPost=+" in err
 

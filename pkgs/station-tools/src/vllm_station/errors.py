@@ -27,9 +27,11 @@ class Unreachable(StationError):
     exit_code = 3
 
 
-# Exit codes shared by every command.
+# Exit codes shared by every command. A command documents which of them it uses; none gives one of
+# these numbers another meaning.
 EXIT_OK = 0
-EXIT_FAIL = 1
-EXIT_USAGE = 2
-EXIT_UNREACHABLE = 3
+EXIT_FAIL = 1  # the check ran and failed (CheckFailed)
+EXIT_USAGE = 2  # bad arguments or configuration (UsageError; argparse too)
+EXIT_UNREACHABLE = 3  # the endpoint, peer or input could not be reached or read at all (Unreachable)
+EXIT_PENDING = 4  # no verdict yet: the evidence is not there (nccl-check: no NCCL transport line)
 EXIT_INTERRUPTED = 130

@@ -16,9 +16,9 @@ The verdict (docs/nccl-check.md lists every recognised line and where NCCL print
           ~10× slower; or an IB/RDMA/GID error (`NCCL WARN Call to ibv_modify_qp failed …`).
 - PENDING no transport line yet (NCCL has not connected, or `NCCL_DEBUG=INFO` is not set).
 
-Exit codes: 0 PASS or WARN, 1 FAIL, 2 the log could not be read (missing file, no journalctl,
-no permission), 4 PENDING (0 with `--pending-ok`). `--wait SECONDS` polls until the verdict is
-final or the time is up.
+Exit codes (the family in `vllm_station.errors`): 0 PASS or WARN, 1 FAIL, 2 bad arguments, 3 the log
+could not be read (missing file, no journalctl, no permission), 4 PENDING (0 with `--pending-ok`).
+`--wait SECONDS` polls until the verdict is final or the time is up.
 
 The classifier (`Scanner`) is pure: lines in, `NcclReport` out; the CLI adapter reads the sources.
 """
@@ -40,17 +40,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from vllm_station.errors import UsageError
+from vllm_station import polling
+from vllm_station.errors import EXIT_FAIL, EXIT_OK, EXIT_PENDING, Unreachable, UsageError
 from vllm_station.report import dump_json
 
 log = logging.getLogger(__name__)
-
-HELP = "classify the NCCL transport (GPUDirect RDMA / IB / socket) from logs"
-
-EXIT_PASS = 0
-EXIT_FAIL = 1
-EXIT_UNREADABLE = 2
-EXIT_PENDING = 4
 
 SOCKET_FALLBACK = "socket fallback: the pair would serve ~10× slower"
 MAX_EVIDENCE = 12
@@ -275,8 +269,8 @@ class Scanner:
             status = Status.FAIL
             summary += " (--require-gdr)"
         code = {
-            Status.PASS: EXIT_PASS,
-            Status.WARN: EXIT_PASS,
+            Status.PASS: EXIT_OK,
+            Status.WARN: EXIT_OK,
             Status.FAIL: EXIT_FAIL,
             Status.PENDING: EXIT_PENDING,
         }[status]
@@ -453,14 +447,15 @@ def _decode(data: bytes) -> str:
 
 
 def read_log_file(path: Path) -> str:
+    """The file's text; Unreachable (exit 3) when it cannot be read."""
     try:
         return _decode(path.read_bytes())
     except FileNotFoundError as err:
-        raise UsageError(f"log file {path} does not exist") from err
+        raise Unreachable(f"log file {path} does not exist") from err
     except IsADirectoryError as err:
-        raise UsageError(f"{path} is a directory, not a log file") from err
+        raise Unreachable(f"{path} is a directory, not a log file") from err
     except OSError as err:
-        raise UsageError(f"cannot read log file {path}: {err.strerror or err}") from err
+        raise Unreachable(f"cannot read log file {path}: {err.strerror or err}") from err
 
 
 _JOURNAL_DENIED = re.compile(r"insufficient permissions|not seeing messages from other users", re.IGNORECASE)
@@ -470,9 +465,11 @@ def _run(argv: list[str], what: str) -> subprocess.CompletedProcess[bytes]:
     try:
         return subprocess.run(argv, capture_output=True, timeout=JOURNAL_TIMEOUT_S, check=False)
     except subprocess.TimeoutExpired as err:
-        raise UsageError(f"{what} did not answer within {JOURNAL_TIMEOUT_S:.0f} s: {' '.join(argv)}") from err
+        raise Unreachable(
+            f"{what} did not answer within {JOURNAL_TIMEOUT_S:.0f} s: {' '.join(argv)}"
+        ) from err
     except OSError as err:
-        raise UsageError(f"cannot run {argv[0]}: {err.strerror or err}") from err
+        raise Unreachable(f"cannot run {argv[0]}: {err.strerror or err}") from err
 
 
 def invocation_id(unit: str) -> str | None:
@@ -492,10 +489,11 @@ def journal_argv(journalctl: str, unit: str, invocation: str | None) -> list[str
 
 
 def read_unit(unit: str, all_invocations: bool = False) -> tuple[str, str]:
-    """The unit's journal text (current invocation unless `all_invocations`) and a source label."""
+    """The unit's journal text (current invocation unless `all_invocations`) and a source label.
+    Unreachable (exit 3) when the journal cannot be read."""
     journalctl = shutil.which("journalctl")
     if journalctl is None:
-        raise UsageError(
+        raise Unreachable(
             f"journalctl not found on PATH, so the journal of {unit} cannot be read; "
             f"pass the log instead: `journalctl -u {unit} -o cat | station nccl-check -` or --log FILE"
         )
@@ -504,12 +502,12 @@ def read_unit(unit: str, all_invocations: bool = False) -> tuple[str, str]:
     proc = _run(argv, "journalctl")
     err = _decode(proc.stderr).strip()
     if _JOURNAL_DENIED.search(err):
-        raise UsageError(
+        raise Unreachable(
             f"journalctl cannot show the system journal to this user ({err.splitlines()[0]}); run as root, "
             "add the user to group systemd-journal, or in a unit use `ExecStartPost=+station nccl-check …`"
         )
     if proc.returncode != 0:
-        raise UsageError(f"journalctl failed (exit {proc.returncode}): {err[:300] or 'no message'}")
+        raise Unreachable(f"journalctl failed (exit {proc.returncode}): {err[:300] or 'no message'}")
     label = f"unit {unit}" + (f" (invocation {invocation})" if invocation else "")
     return _decode(proc.stdout), label
 
@@ -561,16 +559,15 @@ def poll(
     sleep: Callable[[float], None] = time.sleep,
 ) -> NcclReport:
     """Read and classify; with `wait`, re-read every `interval` s until the verdict is final or time is up."""
-    deadline = None if wait is None else clock() + wait
-    while True:
+    last: list[NcclReport] = []  # the latest report only
+
+    def probe(_tick: polling.Tick) -> NcclReport | None:
         text, label = read()
-        report = classify(text, label, require_gdr=require_gdr)
-        if deadline is None or report.final:
-            return report
-        left = deadline - clock()
-        if left <= 0:
-            return _timed_out(report, wait)
-        sleep(min(interval, left))
+        last[:] = [classify(text, label, require_gdr=require_gdr)]
+        return last[0] if wait is None or last[0].final else None
+
+    polled = polling.poll(probe, timeout_s=wait or 0.0, interval_s=interval, clock=clock, sleep=sleep)
+    return polled.value if polled.value is not None else _timed_out(last[0], wait)
 
 
 def _timed_out(report: NcclReport, wait: float | None) -> NcclReport:
@@ -626,7 +623,8 @@ def stream(
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.epilog = (
         "exit: 0 PASS (GPUDirect RDMA) or WARN (IB without GDR); 1 FAIL (socket fallback, RDMA/GID "
-        "error); 2 the log could not be read; 4 PENDING (no transport line yet). See docs/nccl-check.md."
+        "error); 2 bad arguments; 3 the log could not be read; 4 PENDING (no transport line yet). "
+        "See docs/nccl-check.md."
     )
     parser.add_argument("source", nargs="?", metavar="-", help="read the log from stdin")
     parser.add_argument(
@@ -678,7 +676,7 @@ def run(args: argparse.Namespace) -> int:
 
         report = poll(read, opts.wait, opts.interval, opts.require_gdr)
     if report.status is Status.PENDING and opts.pending_ok:
-        report.exit_code = EXIT_PASS
+        report.exit_code = EXIT_OK
     if opts.json:
         dump_json(report)
     else:
@@ -718,9 +716,3 @@ def render(report: NcclReport) -> str:
     if report.fix:
         lines.append(f"  fix:       {report.fix}")
     return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> int:
-    from vllm_station.cli import command_main
-
-    return command_main("nccl-check", argv)

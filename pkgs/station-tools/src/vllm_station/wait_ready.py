@@ -24,8 +24,7 @@ from pathlib import Path
 
 from vllm_station.api import ApiClient, ApiError, ApiUnreachable, HttpStatusError, load_api_key
 from vllm_station.errors import EXIT_OK, CheckFailed, Unreachable, UsageError
-
-HELP = "block until /health is 200 and a 1-token completion succeeds"
+from vllm_station.polling import Tick, check_seconds, poll
 
 PROBE_PROMPT = "Hello"
 MAX_REQUEST_TIMEOUT_S = 60.0  # one probe request; a first completion on a cold server can take a while
@@ -52,6 +51,7 @@ class Outcome:
     reached: bool  # did anything ever answer at the address?
     gave_up: bool = False  # a failure that waiting cannot fix ended the wait early
     exited: bool = False  # the watched server process exited
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -109,57 +109,65 @@ def wait(
     sleep: Callable[[float], None] = time.sleep,
 ) -> Outcome:
     """Probe until ready or --timeout; `progress` gets a line at most every interval."""
-    if opts.timeout_s <= 0:
-        raise UsageError(f"--timeout must be positive, got {opts.timeout_s:g}")
-    if opts.interval_s <= 0:
-        raise UsageError(f"--interval must be positive, got {opts.interval_s:g}")
+    check_seconds("--timeout", opts.timeout_s)
+    check_seconds("--interval", opts.interval_s)
     key = load_api_key(opts.api_key_file)
     say = progress or (lambda _line: None)
-    start = clock()
-    deadline = start + opts.timeout_s
-    attempts = 0
     reached = False
     reason = "no probe ran"
     model = opts.model
+
+    def probe(api: ApiClient, tick: Tick) -> str | None:
+        """One try: "ready", "gave_up" or "exited" ends the wait; None tries again."""
+        nonlocal reached, reason, model
+        request_timeout = max(1.0, min(MAX_REQUEST_TIMEOUT_S, tick.left_s))
+        try:
+            model, reason = _probe(api, model, request_timeout)
+            reached = True
+            return "ready"
+        except ApiUnreachable as err:
+            reason = str(err)
+        except HttpStatusError as err:
+            reached = True
+            reason = str(err)
+            # /health is 200, so the server serves requests: 401/403 (key), 404 (model name) or
+            # 400/422 (request) will not fix themselves. A 4xx from /health itself may (a gateway).
+            permanent = 400 <= err.status < 500 and err.status not in RETRYABLE_4XX
+            if permanent and not err.url.endswith("/health"):
+                return "gave_up"
+        except ApiError as err:  # timeouts, non-JSON, broken connections: something answered
+            reached = True
+            reason = str(err)
+        except CheckFailed as err:
+            reached = True
+            reason = str(err)
+        if opts.watch_pid is not None and not _alive(opts.watch_pid):
+            reason = f"the server process (pid {opts.watch_pid}) exited before it was ready"
+            return "exited"
+        return None
+
     with ApiClient(
         opts.base_url, api_key=key, timeout=MAX_REQUEST_TIMEOUT_S, connect_timeout=min(5.0, opts.interval_s)
     ) as api:
         say(f"waiting up to {opts.timeout_s:g} s for {api.root_url} (probe every {opts.interval_s:g} s)")
-        while True:
-            attempts += 1
-            probe_start = clock()
-            request_timeout = max(1.0, min(MAX_REQUEST_TIMEOUT_S, deadline - probe_start))
-            try:
-                model, what = _probe(api, model, request_timeout)
-                return Outcome(True, clock() - start, attempts, model, what, True)
-            except ApiUnreachable as err:
-                reason = str(err)
-            except HttpStatusError as err:
-                reached = True
-                reason = str(err)
-                # /health is 200, so the server serves requests: 401/403 (key), 404 (model name) or
-                # 400/422 (request) will not fix themselves. A 4xx from /health itself may (a gateway).
-                if (
-                    400 <= err.status < 500
-                    and err.status not in RETRYABLE_4XX
-                    and not err.url.endswith("/health")
-                ):
-                    return Outcome(False, clock() - start, attempts, model, reason, True, gave_up=True)
-            except ApiError as err:  # timeouts, non-JSON, broken connections: something answered
-                reached = True
-                reason = str(err)
-            except CheckFailed as err:
-                reached = True
-                reason = str(err)
-            now = clock()
-            elapsed = now - start
-            if opts.watch_pid is not None and not _alive(opts.watch_pid):
-                reason = f"the server process (pid {opts.watch_pid}) exited before it was ready"
-                return Outcome(False, elapsed, attempts, model, reason, reached, exited=True)
-            if now >= deadline:
-                return Outcome(False, elapsed, attempts, model, reason, reached)
-            say(f"not ready after {elapsed:.0f} s (try {attempts}): {reason}")
-            sleep(max(0.0, min(opts.interval_s - (now - probe_start), deadline - now)))
+        polled = poll(
+            lambda tick: probe(api, tick),
+            timeout_s=opts.timeout_s,
+            interval_s=opts.interval_s,
+            progress=lambda t: say(f"not ready after {t.elapsed_s:.0f} s (try {t.attempt}): {reason}"),
+            clock=clock,
+            sleep=sleep,
+        )
+    return Outcome(
+        ready=polled.value == "ready",
+        elapsed_s=polled.elapsed_s,
+        attempts=polled.attempts,
+        model=model,
+        reason=reason,
+        reached=reached,
+        gave_up=polled.value == "gave_up",
+        exited=polled.value == "exited",
+    )
 
 
 def _alive(pid: int) -> bool:
@@ -208,9 +216,3 @@ def run(args: argparse.Namespace) -> int:
     raise CheckFailed(
         f"not ready after {out.elapsed_s:.0f} s ({out.attempts} tries); last reason: {out.reason}"
     )
-
-
-def main(argv: list[str] | None = None) -> int:
-    from vllm_station.cli import command_main
-
-    return command_main("wait-ready", argv)

@@ -1,0 +1,107 @@
+"""`station pair <verb>`: the commands that services.vllm-station.pair's units run.
+
+    station pair wait-worker --url URL --timeout SECONDS --interval SECONDS --worker-address ADDR
+    station pair wait-head-stop --head ADDR --port PORT --timeout SECONDS --interval SECONDS --unit UNIT
+    station pair beacon --bind ADDR --port PORT --role head|worker --rank N [--stamp FILE]
+
+Exit codes (the family in `vllm_station.errors`): wait-worker 0 the worker is up, 1 something else
+answered there, 3 nothing answered; wait-head-stop always 0 (it only delays a stop); beacon 0 on
+SIGTERM, 1 the port is in use, 2 bad arguments or a --bind address not on this host. Progress and
+verdicts go to stderr as `vllm-station pair: …` lines (the journal of the unit that runs it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from vllm_station.pair import order
+from vllm_station.polling import check_seconds
+
+PREFIX = "vllm-station pair:"
+
+
+def say(line: str) -> None:
+    print(f"{PREFIX} {line}", file=sys.stderr, flush=True)
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 < port < 65536:
+        raise argparse.ArgumentTypeError(f"a port is 1-65535, got {port}")
+    return port
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = (
+        "exit: wait-worker 0 up, 1 something else answers there, 3 nothing answered; wait-head-stop 0; "
+        "beacon 0 on SIGTERM, 1 port in use, 2 bad arguments"
+    )
+    verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
+
+    def verb(name: str, help_text: str) -> argparse.ArgumentParser:
+        sp = verbs.add_parser(name, help=help_text, description=help_text)
+        sp.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        return sp
+
+    ww = verb("wait-worker", "the head's ExecStartPre: wait until the worker's beacon answers /ready")
+    ww.add_argument(
+        "--url", required=True, help="the worker beacon's /ready, e.g. http://192.168.100.2:29510/ready"
+    )
+    ww.add_argument("--timeout", type=float, required=True, metavar="SECONDS", help="give up after this long")
+    ww.add_argument("--interval", type=float, required=True, metavar="SECONDS", help="seconds between tries")
+    ww.add_argument("--worker-address", required=True, metavar="ADDR", help="the worker's rail address")
+
+    hs = verb("wait-head-stop", "the worker beacon's ExecStop: wait (bounded) until the head has stopped")
+    hs.add_argument("--head", required=True, metavar="ADDR", help="the head's rail address (IPv6 bare: ::1)")
+    hs.add_argument("--port", type=_port, required=True, help="the head's rendezvous port (--master-port)")
+    hs.add_argument(
+        "--timeout",
+        type=float,
+        required=True,
+        metavar="SECONDS",
+        help="stop the worker anyway after this long",
+    )
+    hs.add_argument("--interval", type=float, required=True, metavar="SECONDS", help="seconds between probes")
+    hs.add_argument(
+        "--unit",
+        required=True,
+        help="the worker's serving unit: only an active one waits (vllm-station.service)",
+    )
+
+    bc = verb("beacon", "serve /ready (role, rank, address) and /stamp on this station's rail address")
+    bc.add_argument("--bind", required=True, metavar="ADDR", help="this station's rail address")
+    bc.add_argument("--port", type=_port, required=True, help="the beacon port (pair.beaconPort)")
+    bc.add_argument("--role", required=True, choices=("head", "worker"), help="this station's role")
+    bc.add_argument("--rank", type=int, required=True, help="this station's rank: head 0, worker 1")
+    bc.add_argument(
+        "--stamp", type=Path, metavar="FILE", help="the verify stamp /stamp serves (read per request)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.verb == "wait-worker":
+        return order.wait_worker(
+            args.url,
+            args.worker_address,
+            check_seconds("--timeout", args.timeout),
+            check_seconds("--interval", args.interval),
+            say,
+        )
+    if args.verb == "wait-head-stop":
+        return order.wait_head_stop(
+            args.head,
+            args.port,
+            check_seconds("--timeout", args.timeout, zero_ok=True),
+            check_seconds("--interval", args.interval),
+            args.unit,
+            say,
+        )
+    from vllm_station.pair import beacon  # aiohttp: only the beacon needs it
+
+    cfg = beacon.BeaconConfig.checked(args.bind, args.port, args.role, args.rank, args.stamp)
+    return beacon.serve(cfg, say)

@@ -1,0 +1,69 @@
+"""Probe until done or a deadline: the loop that `station wait-ready` and `station pair wait-*` share.
+
+    polled = poll(probe, timeout_s=300, interval_s=5, progress=say)
+
+`probe(tick)` runs at once and then every `interval_s` (the time a probe takes counts against the
+interval). It returns a value to end the wait, or None to keep going. Between tries, `progress(tick)`
+is called once (never after the last try), so a caller prints one line per interval. At the deadline
+`poll` returns with `value` None. A timeout of 0 means exactly one try.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from vllm_station.errors import UsageError
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Tick:
+    attempt: int  # 1 for the first try
+    elapsed_s: float  # since the wait began
+    left_s: float  # until the deadline, >= 0 (a probe bounds its own request timeout with it)
+
+
+@dataclass(frozen=True)
+class Polled(Generic[T]):
+    value: T | None  # what the probe returned to end the wait; None: the deadline passed
+    attempts: int
+    elapsed_s: float
+
+
+def check_seconds(option: str, value: float, *, zero_ok: bool = False) -> float:
+    """A finite number of seconds, > 0 (or >= 0 with `zero_ok`); else a UsageError naming `option`."""
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
+        bound = "0 or more" if zero_ok else "positive"
+        raise UsageError(f"{option} must be {bound} seconds, got {value:g}")
+    return value
+
+
+def poll(
+    probe: Callable[[Tick], T | None],
+    *,
+    timeout_s: float,
+    interval_s: float,
+    progress: Callable[[Tick], None] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Polled[T]:
+    check_seconds("--timeout", timeout_s, zero_ok=True)
+    check_seconds("--interval", interval_s)
+    start = clock()
+    deadline = start + timeout_s
+    attempt = 0
+    while True:
+        attempt += 1
+        probe_start = clock()
+        value = probe(Tick(attempt, probe_start - start, max(0.0, deadline - probe_start)))
+        now = clock()
+        if value is not None or now >= deadline:
+            return Polled(value, attempt, now - start)
+        if progress is not None:
+            progress(Tick(attempt, now - start, deadline - now))
+        sleep(max(0.0, min(interval_s - (now - probe_start), deadline - now)))
