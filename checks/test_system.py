@@ -149,8 +149,8 @@ def test_store_holds_only_what_each_path_holds(flash: Station) -> None:
         "a station's unit PATH lacks these"
     )
     made = st.store.made
-    assert any(v == "text" for v in made.values()), (
-        "writeShellScript files are written from their text"
+    assert [p for p, v in made.items() if v == "text"] == [], (
+        "units run `station <verb>`, never a shell program written by Nix"
     )
     assert any(v.startswith("docker:") for v in made.values())
 

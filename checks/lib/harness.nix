@@ -13,6 +13,7 @@
 { lib }:
 let
   inherit (lib) mkOption types;
+  helpers = import ../helpers.nix { inherit lib; };
 
   fakeDrv =
     name: mainProgram:
@@ -187,22 +188,7 @@ rec {
   # The warnings, less those containing `part` (one a test's setup causes on purpose).
   warningsBut = part: config: lib.filter (w: !lib.hasInfix part w) config.warnings;
 
-  # The value after `flag` in an argument list (null when absent).
-  flagValue =
-    flag: argv:
-    let
-      idx = lib.lists.findFirstIndex (a: a == flag) null argv;
-    in
-    if idx == null then null else builtins.elemAt argv (idx + 1);
-
-  # `"a" "b c"` (utils.escapeSystemdExecArgs, optionally after a `+`/`-` prefix) -> [ "a" "b c" ]
-  argv =
-    line:
-    let
-      body = lib.removePrefix "-" (lib.removePrefix "+" line);
-      json = "[" + lib.replaceStrings [ "\" \"" ] [ "\",\"" ] body + "]";
-    in
-    map (lib.replaceStrings [ "%%" "$$" ] [ "%" "$" ]) (builtins.fromJSON json);
+  inherit (helpers) argv flagValue;
 
   run =
     name: test:

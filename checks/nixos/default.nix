@@ -38,27 +38,7 @@ let
   values =
     section: key:
     map (lib.removePrefix "${key}=") (lib.filter (lib.hasPrefix "${key}=") section);
-  # An Exec* value (utils.escapeSystemdExecArgs, maybe after +/-) back into its arguments.
-  argv =
-    line:
-    let
-      body = lib.removePrefix "-" (lib.removePrefix "+" line);
-    in
-    map (lib.replaceStrings [ "%%" "$$" ] [ "%" "$" ]) (
-      builtins.fromJSON ("[" + lib.replaceStrings [ "\" \"" ] [ "\",\"" ] body + "]")
-    );
-  after =
-    marker: list:
-    let
-      idx = lib.lists.findFirstIndex (a: a == marker) null list;
-    in
-    if idx == null then [ "<${marker} not found>" ] else lib.drop (idx + 1) list;
-  flagValue =
-    flag: list:
-    let
-      v = after flag list;
-    in
-    if v == [ ] then null else builtins.head v;
+  inherit (import ../helpers.nix { inherit lib; }) argv after flagValue;
 
   show = builtins.toJSON;
   eq = what: actual: expected: lib.optional (actual != expected) "${what}: expected ${show expected}, got ${show actual}";
@@ -103,7 +83,14 @@ let
           prestart = argv (builtins.elemAt pre 1);
         in
         eq "ExecStartPre count (stamp gate, prestart, preflight)" (lib.length pre) 3
-        ++ ok "stamp gate first: ${show pre}" (lib.hasInfix "vllm-station-require-stamp" (builtins.head pre))
+        ++ eq "stamp gate first, with the declared revision" (lib.take 6 (argv (builtins.head pre))) [
+          station
+          "gate"
+          "stamp"
+          flashModelDir
+          "--revision"
+          "9c1e0d2f4a6b8c0e1f3a5b7c9d1e3f5a7b9c0d2e"
+        ]
         ++ ok "prestart and preflight start with +: ${show pre}" (lib.all (lib.hasPrefix "+") (lib.tail pre))
         ++ eq "prestart argv" (lib.take 2 prestart) [
           station
@@ -149,6 +136,14 @@ let
         ++ ok "cache dir mounted" (lib.elem "/var/cache/vllm-station:/var/cache/vllm-station" start);
       api-key-not-in-unit =
         eq "LoadCredential" (v "LoadCredential") [ "api-key:/run/secrets/vllm-api-key" ]
+        ++ eq "station exec hands the credential over" (lib.take 6 start) [
+          station
+          "exec"
+          "--secret-env"
+          "VLLM_API_KEY=%d/api-key"
+          "--"
+          docker
+        ]
         ++ ok "key forwarded by name" (lib.elem "VLLM_API_KEY" envFlags)
         ++ ok "no --api-key flag" (!lib.elem "--api-key" start);
       memlock =
@@ -217,7 +212,7 @@ let
       nixos-assertions = eq "failed NixOS assertions" (map (a: a.message) (lib.filter (a: !a.assertion) config.assertions)) [ ];
       vllm-serve-directly =
         ok "ExecStart runs bin/vllm serve: ${show start}" (
-          lib.hasSuffix "/bin/vllm" (builtins.elemAt start 1) && builtins.elemAt start 2 == "serve"
+          lib.hasSuffix "/bin/vllm" (builtins.elemAt start 5) && builtins.elemAt start 6 == "serve"
         )
         ++ eq "preset flags" (after "serve" start) (presetFlags "0.0.0.0")
         ++ ok "no container runtime" (!lib.any (lib.hasInfix "docker") start);
@@ -229,7 +224,14 @@ let
         ++ ok "engine-ready timeout" (lib.elem ''Environment="VLLM_ENGINE_READY_TIMEOUT_S=900"'' service);
       no-container-runtime =
         eq "docker" config.virtualisation.docker.enable false
-        ++ eq "prestart --runtime" (flagValue "--runtime" (argv (builtins.elemAt (v "ExecStartPre") 1))) "none";
+        ++ eq "prestart --runtime" (flagValue "--runtime" (argv (builtins.elemAt (v "ExecStartPre") 1))) "none"
+        ++ eq "station exec, then vllm serve" (lib.take 5 start) [
+          (builtins.unsafeDiscardStringContext (lib.getExe config.services.vllm-station.package))
+          "exec"
+          "--secret-env"
+          "VLLM_API_KEY=%d/api-key"
+          "--"
+        ];
     };
 
   examples = {

@@ -9,16 +9,7 @@ let
       throw "NIXOS_TREE unset: set NIXOS_TREE=/path/to/a/full/nixpkgs";
   evalConfig = import (nixosTree + "/nixos/lib/eval-config.nix");
 
-  # Evaluation-only stand-ins (tests only, never in modules/): the offline tree lacks the Haskell
-  # package set, and writeShellApplication and friends ask for shellcheck while evaluating.
-  evaluationOnly = _final: prev: {
-    shellcheck = prev.coreutils;
-    shellcheck-minimal = prev.coreutils // {
-      compiler = prev.coreutils // {
-        meta.platforms = [ ];
-      };
-    };
-  };
+  inherit (import ../helpers.nix { inherit lib; }) evaluationOnly;
 in
 {
   inherit lib;

@@ -23,6 +23,8 @@ let
 
   unitText = config: name: builtins.unsafeDiscardStringContext config.systemd.units."${name}".text;
   noContext = builtins.unsafeDiscardStringContext;
+  # The sequence's steps by their verb: `station <verb> <subverb>` -> [ verb subverb ].
+  verbs = lines: map (l: lib.take 2 (lib.drop 1 (argv l))) lines;
 
   # The vLLM arguments each role must render, exactly (after the image in the container command).
   vllmFlags =
@@ -100,8 +102,6 @@ let
       bv = values (beacon.Service or [ ]);
       bu = values (beacon.Unit or [ ]);
 
-      scripts = config.services.vllm-station.pair.scripts;
-      stampScript = noContext "${config.services.vllm-station.download.requireStampScript}";
       failedAssertions = map (a: a.message) (lib.filter (a: !a.assertion) config.assertions);
       fw = config.networking.firewall;
     in
@@ -116,29 +116,55 @@ let
         eq "${envFile}" config.environment.etc."vllm-station/pair.env".text (expectedEnv role)
         ++ eq "EnvironmentFile" (sv "EnvironmentFile") [ envFile ]
         ++ ok "container --env-file ${envFile}" (lib.elem envFile (after "--env-file" start))
-        ++ ok "RDMA devices in the container" (lib.elem "--device=/dev/infiniband" start);
+        ++ ok "RDMA devices in the container (--device /dev/infiniband)" (
+          lib.any (i: builtins.elemAt start i == "--device" && builtins.elemAt start (i + 1) == "/dev/infiniband") (
+            lib.range 0 (lib.length start - 2)
+          )
+        );
 
       memlock =
         eq "LimitMEMLOCK" (sv "LimitMEMLOCK") [ "infinity" ]
         ++ eq "container memlock, once" (lib.count (a: a == "--ulimit=memlock=-1:-1") start) 1;
 
-      # Stamp check first, then (head) the wait for the worker, then the privileged prestart.
+      # Stamp gate first, then (head) the wait for the worker, then the privileged prestart, preflight.
       start-order =
-        eq "ExecStartPre" (map (l: lib.head (argv l)) pre) (
-          [ stampScript ]
-          ++ lib.optional isHead (noContext "${scripts.waitForWorker}")
+        eq "ExecStartPre" (verbs pre) (
+          [
+            [
+              "gate"
+              "stamp"
+            ]
+          ]
+          ++ lib.optional isHead [
+            "pair"
+            "wait-worker"
+          ]
           ++ [
-            station
-            station
+            [
+              "prestart"
+              "--gpu-node"
+            ]
+            [
+              "preflight"
+              "--config"
+            ]
           ]
         )
+        ++ eq "every step is the station tool" (lib.unique (map (l: lib.head (argv l)) pre)) [ station ]
         ++ ok "prestart privileged" (lib.all (lib.hasPrefix "+") (lib.drop (if isHead then 2 else 1) pre))
         ++ (
           if isHead then
-            ok "the head waits for ${workerIp}'s beacon" (
-              lib.hasInfix "http://${workerIp}:29510/ready" scripts.waitForWorker.text
-            )
-            ++ ok "the head waits for at most 300 s" (lib.hasInfix "+ 300" scripts.waitForWorker.text)
+            eq "the head waits for ${workerIp}'s beacon, at most 300 s" (lib.drop 3 (argv (builtins.elemAt pre 1))) [
+              "--url"
+              "http://${workerIp}:29510/ready"
+              "--worker-address"
+              workerIp
+              "--timeout"
+              "300"
+              "--interval"
+              "5"
+            ]
+            ++ eq "nccl-check requires GPUDirect RDMA" (lib.last (argv (lib.last (sv "ExecStartPost")))) "--require-gdr"
             ++ eq "the head's gates after start: wait-ready, nccl-check" (
               map (l: lib.take 2 (argv (lib.removeSuffix " \"--api-key-file\" \"/run/secrets/vllm-api-key\"" l))) (sv "ExecStartPost")
             ) [
@@ -160,17 +186,37 @@ let
       stop-order =
         eq "beacon BindsTo" (bu "BindsTo") [ "vllm-station.service" ]
         ++ eq "beacon After (stops before vllm-station)" (bu "After") [ "vllm-station.service" ]
-        ++ eq "beacon ExecStop" (map (l: lib.head (argv l)) (bv "ExecStop")) (
-          lib.optional (!isHead) (noContext "${scripts.waitForHeadStop}")
+        ++ eq "beacon ExecStop: the worker waits for the head's port 29500 to close" (map argv (bv "ExecStop")) (
+          lib.optional (!isHead) [
+            station
+            "pair"
+            "wait-head-stop"
+            "--head"
+            headIp
+            "--port"
+            "29500"
+            "--timeout"
+            "90"
+            "--interval"
+            "5"
+            "--unit"
+            "vllm-station.service"
+          ]
         )
-        ++ lib.optionals (!isHead) (
-          ok "the worker waits for the head's port 29500 to close" (
-            lib.hasInfix "/dev/tcp/${headIp}/29500" scripts.waitForHeadStop.text
-          )
-        )
-        ++ eq "beacon binds the rail address" (lib.take 2 (after "--bind" (argv (builtins.head (bv "ExecStart"))))) [
+        ++ eq "beacon: station pair beacon on the rail address, serving the local stamp" (argv (builtins.head (bv "ExecStart"))) [
+          station
+          "pair"
+          "beacon"
+          "--bind"
           (if isHead then headIp else workerIp)
-          "--directory"
+          "--port"
+          "29510"
+          "--role"
+          role
+          "--rank"
+          (if isHead then "0" else "1")
+          "--stamp"
+          stamp
         ]
         ++ ok "beacon is pulled in by vllm-station" (
           lib.elem "vllm-station-pair-beacon.service" config.systemd.services.vllm-station.wants
@@ -236,8 +282,14 @@ let
       serving-requires-stamp =
         ok "Wants the download unit" (lib.elem "vllm-station-download-glm53.service" (lib.concatMap (lib.splitString " ") (su "Wants")))
         ++ ok "After the download unit" (lib.elem "vllm-station-download-glm53.service" (lib.concatMap (lib.splitString " ") (su "After")))
-        ++ ok "stamp check names ${stamp}" (lib.hasInfix stamp config.services.vllm-station.download.requireStampScript.text)
-        ++ ok "stamp check compares the revision" (lib.hasInfix rev config.services.vllm-station.download.requireStampScript.text);
+        ++ eq "the stamp gate checks ${dir} at revision ${rev}" (lib.take 6 (argv (builtins.head pre))) [
+          station
+          "gate"
+          "stamp"
+          dir
+          "--revision"
+          rev
+        ];
 
       preflight-json =
         let

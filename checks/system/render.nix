@@ -42,20 +42,15 @@ let
   # Read from a first evaluation, so the second can rewrite single values without recursion.
   first = (evalExample [ file testOnly ] system).config;
   environmentOnly = lib.mkMerge [
-    # This sandbox has no CAP_SYS_RESOURCE: memlock cannot be raised above its hard limit (`memlock`).
-    # And no RDMA device: the pair's `--device=/dev/infiniband` is dropped (it needs the ConnectX rail).
-    {
-      systemd.services.vllm-station.serviceConfig.LimitMEMLOCK = lib.mkIf (memlock != "") (lib.mkForce memlock);
-      services.vllm-station.serve.containerOptions = lib.mkForce (
-        map (
-          o:
-          if memlock != "" && lib.hasPrefix "--ulimit=memlock=" o then
-            "--ulimit=memlock=${memlock}:${memlock}"
-          else
-            o
-        ) (lib.remove "--device=/dev/infiniband" first.services.vllm-station.serve.containerOptions)
-      );
-    }
+    # This sandbox has no CAP_SYS_RESOURCE: memlock cannot be raised above its hard limit (`memlock`),
+    # so the unit and its container get that limit instead of "unlimited".
+    # And no RDMA device: the pair's `--device /dev/infiniband` is dropped (it needs the ConnectX rail).
+    (lib.mkIf (memlock != "" && first.services.vllm-station.serve.inputs.unlimitedMemlock) {
+      services.vllm-station.serve.inputs.unlimitedMemlock = lib.mkForce false;
+      systemd.services.vllm-station.serviceConfig.LimitMEMLOCK = memlock;
+      services.vllm-station.serve.containerOptions = [ "--ulimit=memlock=${memlock}:${memlock}" ];
+    })
+    { services.vllm-station.serve.inputs.devices = lib.mkForce [ ]; }
     # A pair's RDMA checks need the ConnectX HCA and unlimited memlock: every other preflight check runs.
     (lib.mkIf first.services.vllm-station.pair.enable {
       services.vllm-station.serve.preflight.only = lib.mkForce [

@@ -37,17 +37,6 @@ class Links:
     links: tuple[tuple[str, str], ...]
 
 
-def _python3(d: Derivation) -> Links:
-    """nixpkgs' python3 names its interpreter bin/python3.<minor>; here it is Debian's python3."""
-    minor = ".".join(d.env.get("version", "3").split(".")[:2])
-    return Links(
-        (
-            (f"bin/python{minor}", "/usr/bin/python3"),
-            ("bin/python3", "/usr/bin/python3"),
-        )
-    )
-
-
 Mapping = Debian | Links | Callable[["Derivation"], Links]
 
 # nixpkgs pname -> what stands for it here. Keep this small and explicit: an unmapped pname fails.
@@ -63,11 +52,8 @@ PACKAGES: dict[str, Mapping] = {
     "bash-interactive": Debian("bash"),
     "docker": Debian("docker.io"),
     "podman": Debian("podman"),
-    "jq": Debian("jq"),
-    "curl": Debian("curl"),
     "iproute2": Debian("iproute2"),
     "numactl": Debian("numactl"),
-    "python3": _python3,
     "tzdata": Links((("share/zoneinfo", "/usr/share/zoneinfo"),)),
     "glibc-locales": Links(
         (("lib/locale/locale-archive", "/usr/lib/locale/locale-archive"),)

@@ -15,15 +15,7 @@ let
     else
       throw "NIXOS_TREE unset: set NIXOS_TREE=/path/to/a/full/nixpkgs";
 
-  # Evaluation-only stand-ins (tests only): the offline tree lacks the Haskell package set.
-  evaluationOnly = _final: prev: {
-    shellcheck = prev.coreutils;
-    shellcheck-minimal = prev.coreutils // {
-      compiler = prev.coreutils // {
-        meta.platforms = [ ];
-      };
-    };
-  };
+  inherit (import ../helpers.nix { inherit lib; }) evaluationOnly;
 
   tests = {
     serve = ./serve.nix;

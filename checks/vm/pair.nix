@@ -26,6 +26,7 @@ let
           backend = "native";
           package = stubVllm;
           model = "stub/model";
+          allowHubDownload = true; # the stub serves no checkpoint
           servedModelName = "stub";
         };
         pair = {

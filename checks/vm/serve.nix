@@ -21,6 +21,7 @@ pkgs.testers.runNixOSTest {
       backend = "native";
       package = stubVllm;
       model = "stub/model";
+      allowHubDownload = true; # the stub serves no checkpoint
       servedModelName = "stub";
       startTimeout = 120;
     };

@@ -18,7 +18,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from vllm_station import simulate
+from vllm_station.entry import simulate
 
 EXTRA_LOG = Path("/var/lib/vllm-station/engine.log")
 
@@ -77,7 +77,7 @@ def main(argv: list[str]) -> int:
         os.write(fd, key.encode())
         os.close(fd)
         sim_args += ["--api-key-file", name]
-    return simulate.main(sim_args)
+    return simulate(sim_args)
 
 
 if __name__ == "__main__":

@@ -10,21 +10,10 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
-import shutil
-import sys
 
-from vllm_station.errors import StationError, UsageError
+from vllm_station import process
 
 log = logging.getLogger("vllm_station.numa_exec")
-
-
-class CommandNotFound(StationError):
-    exit_code = 127
-
-
-class CommandNotExecutable(StationError):
-    exit_code = 126
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -42,24 +31,12 @@ def exec_bound(nodes_spec: str, command: list[str]) -> None:
     """Bind, check the command exists, exec. Returns only by raising."""
     from vllm_station.host import numa
 
-    if command and command[0] == "--":
-        command = command[1:]
-    if not command:
-        raise UsageError("no command given: station numa-exec --membind 0 -- CMD ARGS…")
+    command = process.strip_separator(command, "station numa-exec --membind 0 -- CMD ARGS…")
     wanted = numa.parse_nodes(nodes_spec)
-    path = shutil.which(command[0]) if os.sep not in command[0] else command[0]
-    if path is None or not os.path.exists(path):
-        raise CommandNotFound(f"command not found: {command[0]!r} (PATH={os.environ.get('PATH', '')})")
+    process.find(command)
     policy = numa.set_membind(wanted)
     log.debug("memory policy %s, exec %s", policy.describe(), command)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    try:
-        os.execvp(command[0], command)
-    except FileNotFoundError as exc:
-        raise CommandNotFound(f"command not found: {command[0]!r} ({exc.strerror})") from exc
-    except OSError as exc:
-        raise CommandNotExecutable(f"cannot execute {command[0]!r}: {exc.strerror}") from exc
+    process.exec_command(command)
 
 
 def run(args: argparse.Namespace) -> int:
