@@ -2,7 +2,7 @@
 # nixpkgs tree (NIXOS_TREE), asserting on the rendered unit text. Builds nothing.
 #
 #   nix-instantiate --eval --strict --json checks/nixos --argstr nixosTree "$NIXOS_TREE"
-#   … --argstr output units     # { "<example>/<system>" = unit text; } (for systemd-analyze)
+#   … --argstr output units     # { "<example>/<system>/<unit>" = unit text; } (for systemd-analyze)
 #   … --arg toplevel true       # also instantiate each system's toplevel (slower)
 #   … --argstr output names     # the check names, without evaluating any system
 #
@@ -280,7 +280,15 @@ in
 if output == "names" then
   map (r: r.name) results
 else if output == "units" then
-  lib.listToAttrs (map (e: lib.nameValuePair e.name e.config.systemd.units."vllm-station.service".text) evaluated)
+  # every unit the project's modules render: "<example>/<system>/<unit>" = text
+  lib.listToAttrs (
+    lib.concatMap (
+      e:
+      lib.mapAttrsToList (unit: u: lib.nameValuePair "${e.name}/${unit}" u.text) (
+        lib.filterAttrs (unit: u: lib.hasPrefix "vllm-station" unit && u.enable && u ? text) e.config.systemd.units
+      )
+    ) evaluated
+  )
 else
   {
     passed = map (r: r.name) (lib.filter (r: r.problems == [ ]) results);
