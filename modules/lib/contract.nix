@@ -1,0 +1,26 @@
+# Names and paths that more than one module (and the `station` tools) rely on: defined here once.
+# The Python side defines the stamp name once too (vllm_station.checkpoint.STAMP_NAME); a test
+# (checks/test_contracts.py) feeds what Nix renders through the Python readers to keep the two equal.
+rec {
+  # The serving unit, and the container it runs (same name).
+  unit = "vllm-station";
+  stateDir = "/var/lib/${unit}";
+  cacheDir = "/var/cache/${unit}";
+  logsDir = "/var/log/${unit}";
+  etcDir = "/etc/${unit}";
+
+  # `station preflight --config …`: written by serve.nix from `serve.preflight.settings`.
+  preflightConfig = "${etcDir}/preflight.json";
+  # The pair's environment: one file for the unit, its container and an operator's shell.
+  pairEnvFile = "${etcDir}/pair.env";
+
+  # Checkpoints live outside the serving unit's StateDirectory (see download.nix for why).
+  modelsRoot = "/var/lib/vllm-station-models";
+  downloadCacheDir = "/var/cache/vllm-station-download";
+  downloadUnit = name: "vllm-station-download-${name}";
+  # Written by `station verify` (and `station download`) into the checkpoint directory.
+  stampName = ".station-verified.json";
+  stampOf = dir: "${dir}/${stampName}";
+
+  beaconUnit = "vllm-station-pair-beacon";
+}
