@@ -64,7 +64,7 @@ SERVE_ENV = {
     "TOKENIZERS_PARALLELISM": "false",
 }
 
-# Markers of the test tiers (design.md). pyproject.toml declares realvllm and slow.
+# Markers of the test tiers. pyproject.toml declares realvllm and slow.
 TIER_MARKERS = {
     "nix_parse": "parses every .nix file (needs nix-instantiate: scripts/install-nix)",
     "nix_flake": "evaluates the flake's structure offline (needs Nix + a nixpkgs tree)",

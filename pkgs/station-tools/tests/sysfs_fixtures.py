@@ -7,7 +7,7 @@
 - `garble(root, rel)`, `make_unreadable(root, rel)`, `remove(root, rel)`: broken files.
 - `add_listener(root, port, inode)`, `add_process(root, pid, comm, cgroup, socket_inodes)`: sockets
   and their owners as /proc shows them.
-- `write_stamp(model_dir, …)`: a `station verify` stamp (design.md format) plus the files it lists.
+- `write_stamp(model_dir, …)`: a `station verify` stamp (version 1) plus the files it lists.
 - `write_fake_runtime(dir)`: an executable stand-in for docker/podman (logs, rm, image inspect) with
   realistic exit codes and stderr; its state lives in a directory (containers, images, calls.log).
 

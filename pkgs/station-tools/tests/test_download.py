@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from hubserver import COMMIT, FakeHub, HubState, RepoFile, make_checkpoint, repo_from_dir, tiny_safetensors
 
+from vllm_station.checkpoint import HASHES_NAME, STAMP_NAME
 from vllm_station.host import numa
-from vllm_station.verify import HASHES_NAME, STAMP_NAME
 
 pytestmark = pytest.mark.skipif(
     not numa.available(),

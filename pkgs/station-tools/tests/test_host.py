@@ -166,7 +166,7 @@ def test_nvml_absent_here_raises_unavailable() -> None:
     dependency, so the reason must be NVML itself; a missing module fails here."""
     if Path("/dev/nvidiactl").exists():
         pytest.skip("this machine has an NVIDIA driver; the absent path is for GPU-less hosts")
-    with pytest.raises(NvmlUnavailable, match=r"NVML could not start"):
+    with pytest.raises(NvmlUnavailable, match=r"cannot load the NVML library|NVML could not start"):
         read_nvml()
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from preflight_config import FLASH, PAIR, make_config, mapping, write_config
 from sysfs_fixtures import (
     NODE_DIR,
     add_container,
@@ -39,7 +40,7 @@ REV = "0123456789abcdef0123456789abcdef01234567"
 
 
 def run_one(root: Path, name: str, **config: Any) -> CheckResult:
-    ctx = Context(root=root, config=PreflightConfig.from_mapping(config))
+    ctx = Context(root=root, config=make_config(**config))
     (result,) = run_checks(ctx, [name])
     return result
 
@@ -55,28 +56,23 @@ def gb300(tmp_path: Path) -> Path:
 def test_null_vllm_settings_mean_vllms_defaults(gb300: Path, tmp_path: Path) -> None:
     """The module writes null for an unset vLLM option (the glm53-tp2 preset leaves maxNumSeqs unset):
     found by the system tier, where every pair start failed with "'maxNumSeqs' must not be null"."""
-    cfg = PreflightConfig.from_mapping(
-        {"maxNumSeqs": None, "gpuMemoryUtilization": None, "kvCacheDtype": None, "maxModelLen": 98304}
-    )
+    cfg = make_config(maxNumSeqs=None, gpuMemoryUtilization=None, kvCacheDtype=None, maxModelLen=None)
     assert (cfg.max_num_seqs, cfg.gpu_memory_utilization, cfg.kv_cache_dtype) == (None, 0.9, "auto")
+    assert cfg.max_model_len is None, "null maxModelLen: the model's own context length"
     with pytest.raises(UsageError, match="'port' must not be null"):
-        PreflightConfig.from_mapping({"port": None})
-    path = tmp_path / "preflight.json"
-    path.write_text(json.dumps({"maxNumSeqs": None, "maxModelLen": 98304, "model": "x"}))
+        make_config(port=None)
+    path = write_config(tmp_path / "preflight.json", maxNumSeqs=None, maxModelLen=98304, model="x")
     assert main(["preflight", "--config", str(path), "--root", str(gb300), "--only", "port"]) == 0
 
 
-def test_config_camel_case_defaults_and_unknown_keys() -> None:
-    cfg = PreflightConfig.from_mapping(
-        {
-            "port": 9000,
-            "maxFilePagesGiB": 2,
-            "gpuMemoryUtilization": 0.9,
-            "modelDir": "/m",
-            "somethingNew": True,
-            "paths": {"logs": "/l"},
-            "pair": {"role": "worker", "rank": 1, "railInterface": "cx8r1", "gidIndex": 3},
-        }
+def test_config_reads_every_key_the_module_writes() -> None:
+    cfg = make_config(
+        port=9000,
+        maxFilePagesGiB=2,
+        gpuMemoryUtilization=0.9,
+        modelDir="/m",
+        paths={"state": "/s", "cache": "/c", "logs": "/l"},
+        pair={"role": "worker", "rank": 1, "railInterface": "cx8r1", "beaconPort": 8471},
     )
     assert (cfg.port, cfg.max_file_pages_gib, cfg.gpu_memory_utilization, cfg.model_dir) == (
         9000,
@@ -85,20 +81,65 @@ def test_config_camel_case_defaults_and_unknown_keys() -> None:
         "/m",
     )
     assert cfg.max_model_len == 1048576 and cfg.kv_cache_dtype == "fp8" and cfg.gpu_node == 1
-    assert cfg.paths.logs == "/l" and cfg.paths.state == "/var/lib/vllm-station"
+    assert (cfg.paths.state, cfg.paths.cache, cfg.paths.logs) == ("/s", "/c", "/l")
     assert cfg.pair is not None and cfg.pair.rail_interface == "cx8r1" and cfg.pair.rank == 1
-    assert cfg.raw["somethingNew"] is True
+    assert cfg.pair.beacon_port == 8471
+    assert core.config_keys(PreflightConfig) == list(FLASH), "the keys the NixOS module writes, in order"
+    assert core.config_keys(core.PairConfig) == list(PAIR)
+
+
+def test_config_preflight_only_keys_are_accepted() -> None:
+    cfg = make_config(diskMinFreeGiB={"cache": 1}, pair={"mtu": 4200, "peerTimeoutSeconds": 1})
+    assert cfg.raw["diskMinFreeGiB"] == {"cache": 1} and cfg.raw["pair"]["mtu"] == 4200
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        # a key renamed on the Nix side must not fall back to the Flash numbers
+        ({"maxFilePagesGiBytes": 4}, "unknown key 'maxFilePagesGiBytes'; known keys: host, port, model,"),
+        ({"paths": {"state": "/s", "cache": "/c", "logs": "/l", "tmp": "/t"}}, "unknown key 'paths.tmp'"),
+        ({"pair": {**PAIR, "beacon": 1}}, "unknown key 'pair.beacon'; known keys of 'pair': role, rank,"),
+    ],
+)
+def test_config_unknown_keys_refused(change: dict[str, Any], message: str) -> None:
+    with pytest.raises(UsageError) as err:
+        PreflightConfig.from_mapping({**FLASH, **change})
+    assert message in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("drop", "message"),
+    [
+        ("maxFilePagesGiB", "missing key 'maxFilePagesGiB'"),
+        ("paths.logs", "missing key 'paths.logs'"),
+        ("pair.beaconPort", "missing key 'pair.beaconPort'"),
+        ("pair", "missing key 'pair'"),
+    ],
+)
+def test_config_missing_keys_refused(drop: str, message: str) -> None:
+    data = mapping(pair={})
+    if "." in drop:
+        outer, inner = drop.split(".")
+        del data[outer][inner]
+    else:
+        del data[drop]
+    with pytest.raises(UsageError, match=message):
+        PreflightConfig.from_mapping(data)
 
 
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ('{"port": "8888"}', "'port' must be int"),
-        ('{"gpuMemoryUtilization": 2}', "gpuMemoryUtilization must be in (0, 1]"),
-        ('{"pair": 3}', "'pair' must be an object"),
+        (json.dumps(mapping(port="8888")), "'port' must be int"),
+        (json.dumps(mapping(gpuMemoryUtilization=2)), "gpuMemoryUtilization must be in (0, 1]"),
+        (json.dumps(mapping(pair=None) | {"pair": 3}), "'pair' must be an object"),
+        (json.dumps(mapping(paths=None)), "'paths' must be an object"),
+        (json.dumps(mapping(somethingNew=True)), "unknown key 'somethingNew'"),
+        (json.dumps({"port": 8888}), "missing keys 'host', 'model',"),
         ("[1, 2]", "expected a JSON object"),
         ("{not json", "is not valid JSON"),
-        ('{"runtime": "lxc"}', "runtime must be docker, podman or an absolute path"),
+        (json.dumps(mapping(runtime="lxc")), "runtime must be docker, podman or an absolute path"),
     ],
 )
 def test_bad_config_is_usage_error(
@@ -108,6 +149,13 @@ def test_bad_config_is_usage_error(
     path.write_text(text)
     assert main(["preflight", "--config", str(path), "--root", str(tmp_path)]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_missing_check_module_is_an_error() -> None:
+    from vllm_station.errors import StationError
+
+    with pytest.raises(StationError, match=r"vllm_station\.preflight\.nonexistent cannot be imported"):
+        core.load_checks(("vllm_station.preflight.checks", "vllm_station.preflight.nonexistent"))
 
 
 def test_missing_config_file_is_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -142,7 +190,7 @@ def scratch_checks() -> Iterator[None]:
 
 @pytest.mark.usefixtures("scratch_checks")
 def test_crashing_check_is_fail_not_crash(gb300: Path) -> None:
-    results = run_checks(Context(root=gb300), ["test-crash", "numa"])
+    results = run_checks(Context(root=gb300, config=make_config()), ["test-crash", "numa"])
     assert [r.name for r in results] == ["numa", "test-crash"], "registration order, whatever --only says"
     assert results[1].status is Status.FAIL
     assert "ZeroDivisionError: boom" in results[1].figure
@@ -151,11 +199,11 @@ def test_crashing_check_is_fail_not_crash(gb300: Path) -> None:
 
 @pytest.mark.usefixtures("scratch_checks")
 def test_pair_group_runs_only_with_pair_config(gb300: Path) -> None:
-    names = [r.name for r in run_checks(Context(root=gb300))]
+    names = [r.name for r in run_checks(Context(root=gb300, config=make_config()))]
     assert names == ["numa", "test-crash"]
-    asked = run_checks(Context(root=gb300), ["pair"])
+    asked = run_checks(Context(root=gb300, config=make_config()), ["pair"])
     assert [(r.name, r.status) for r in asked] == [("test-pair", Status.SKIP)]
-    cfg = PreflightConfig.from_mapping({"pair": {"role": "worker", "rank": 1}})
+    cfg = make_config(pair={"role": "worker", "rank": 1})
     paired = run_checks(Context(root=gb300, config=cfg))
     assert [r.name for r in paired] == ["numa", "test-crash", "test-pair"]
     pair_result = paired[-1]
@@ -193,12 +241,12 @@ def test_numa_cross_checked_with_nvml(gb300: Path) -> None:
     """On a Grace system NVML names the GPU's memory node; a gpuNode that disagrees is a FAIL."""
     report = h200(644939776, [])
     report.gpus[0].numa_node = 1
-    ctx = Context(root=gb300, config=PreflightConfig.from_mapping({"gpuNode": 1}))
+    ctx = Context(root=gb300, config=make_config(gpuNode=1))
     ctx.prime("nvml", report)
     (ok,) = run_checks(ctx, ["numa"])
     assert ok.status is Status.PASS and ok.details["nvml_gpu_numa_nodes"] == [1]
     report.gpus[0].numa_node = 2
-    ctx = Context(root=gb300)
+    ctx = Context(root=gb300, config=make_config())
     ctx.prime("nvml", report)
     (bad,) = run_checks(ctx, ["numa"])
     assert bad.status is Status.FAIL
@@ -235,7 +283,13 @@ def test_page_cache_low_high(tmp_path: Path) -> None:
 
 
 def test_page_cache_missing_node_and_broken_file(tmp_path: Path) -> None:
-    assert run_one(one_node_root(tmp_path / "one"), "page-cache").status is Status.SKIP
+    cdmm = run_one(one_node_root(tmp_path / "one"), "page-cache")
+    assert cdmm.status is Status.PASS
+    assert cdmm.figure == (
+        "CDMM: GPU memory is not a NUMA node; the page-cache trap cannot occur "
+        "(NUMA node 1 does not exist on this machine)"
+    )
+    assert cdmm.details["cdmm"] is True
     root = gb300_root(tmp_path / "broken")
     make_unreadable(root, f"{NODE_DIR}/node1/meminfo")
     r = run_one(root, "page-cache")
@@ -244,6 +298,27 @@ def test_page_cache_missing_node_and_broken_file(tmp_path: Path) -> None:
     write(root, f"{NODE_DIR}/node1/meminfo", "Node 1 MemTotal: 10 kB\n")
     r = run_one(root, "page-cache")
     assert r.status is Status.FAIL and "no FilePages, MemFree line" in r.figure
+
+
+def test_page_cache_cdmm_said_out_loud(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """No memory-only node (CDMM): node 0's FilePages is host page cache, never a reason to refuse."""
+    root = one_node_root(tmp_path / "one")
+    config = write_config(tmp_path / "preflight.json", gpuNode=0, maxFilePagesGiB=0)
+    assert main(["preflight", "--config", str(config), "--root", str(root), "--only", "page-cache,numa"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "PASS  page-cache  CDMM: GPU memory is not a NUMA node; the page-cache trap cannot occur "
+        "(NUMA node 0 has CPUs and no NUMA node is memory-only)"
+    ) in out
+    assert (
+        main(["preflight", "--config", str(config), "--root", str(root), "--only", "page-cache", "--json"])
+        == 0
+    )
+    (check,) = json.loads(capsys.readouterr().out)["checks"]
+    assert check["status"] == "PASS" and check["figure"].startswith("CDMM: GPU memory is not a NUMA node")
+    assert check["details"]["cdmm"] is True
+    numa = run_one(root, "numa")  # gpuNode 1 absent: the numa check says the same words
+    assert "CDMM: GPU memory is not a NUMA node; the page-cache trap cannot occur" in numa.figure
 
 
 def test_host_memory_drop_caches_estimate(tmp_path: Path) -> None:
@@ -516,10 +591,91 @@ def test_kv_cache_reproduces_the_seed(gb300: Path) -> None:
 
 
 def test_kv_cache_bf16_config(gb300: Path) -> None:
-    r = run_one(gb300, "kv-cache", kvCacheDtype="auto")
+    r = run_one(gb300, "kv-cache", kvCacheDtype="bfloat16")
     assert r.status is Status.WARN
     assert r.details["estimate"]["tokens"] == 2966993
+    assert r.details["sources"]["kv_cache_dtype"] == "kvCacheDtype bfloat16"
     assert r.fix is not None and "use kvCacheDtype fp8" in r.fix
+
+
+def test_kv_cache_auto_without_checkpoint_uses_the_profile(gb300: Path) -> None:
+    """The GLM-5.3-Flash recipe sets no --kv-cache-dtype: its checkpoint configures the fp8 KV cache."""
+    r = run_one(gb300, "kv-cache", kvCacheDtype=None)
+    assert r.details["estimate"]["tokens"] == 5933986
+    assert "KV dtype from assumed: GLM-5.3-Flash profile (its checkpoint's kv_cache_quant_algo)" in r.figure
+
+
+MLA_CONFIG: dict[str, Any] = {
+    "num_hidden_layers": 78,
+    "kv_lora_rank": 512,
+    "qk_rope_head_dim": 64,
+    "num_attention_heads": 64,
+}
+
+
+@pytest.mark.parametrize(
+    ("config", "quant_file", "dtype", "source"),
+    [
+        (
+            {**MLA_CONFIG, "quantization_config": {"quant_algo": "NVFP4", "kv_cache_quant_algo": "FP8"}},
+            None,
+            "fp8",
+            "the checkpoint: config.json quantization_config.kv_cache_quant_algo FP8",
+        ),
+        (
+            MLA_CONFIG,
+            {
+                "producer": {"name": "modelopt"},
+                "quantization": {"quant_algo": "NVFP4", "kv_cache_quant_algo": "FP8"},
+            },
+            "fp8",
+            "the checkpoint: hf_quant_config.json quantization.kv_cache_quant_algo FP8",
+        ),
+        (
+            MLA_CONFIG,
+            {"quantization": {"quant_algo": "NVFP4", "kv_cache_quant_algo": None}},
+            "auto",
+            "kvCacheDtype auto and the checkpoint names no KV quantization",
+        ),
+    ],
+)
+def test_kv_cache_auto_reads_the_checkpoints_kv_quantization(
+    gb300: Path, config: dict[str, Any], quant_file: dict[str, Any] | None, dtype: str, source: str
+) -> None:
+    write_stamp(gb300 / "m", files={"model-00001-of-00001.safetensors": 150 * 10**9}, config=config)
+    if quant_file is not None:
+        (gb300 / "m/hf_quant_config.json").write_text(json.dumps(quant_file))
+    r = run_one(gb300, "kv-cache", modelDir="/m", kvCacheDtype=None, maxModelLen=131072, maxNumSeqs=4)
+    assert r.details["estimate"]["dtype"] == dtype
+    assert r.details["estimate"]["bytes_per_token"] == 44928 * (1 if dtype == "fp8" else 2)
+    assert r.details["sources"]["kv_cache_dtype"].startswith(source)
+    assert f"KV dtype from {source}" in r.figure
+    explicit = run_one(gb300, "kv-cache", modelDir="/m", kvCacheDtype="bfloat16", maxModelLen=131072)
+    assert explicit.details["estimate"]["dtype"] == "bfloat16", "an explicit kvCacheDtype wins"
+
+
+def test_kv_cache_unknown_checkpoint_kv_quantization_skips(gb300: Path) -> None:
+    config = {**MLA_CONFIG, "quantization_config": {"kv_cache_quant_algo": "INT2"}}
+    write_stamp(gb300 / "m", files={"model.safetensors": 10**9}, config=config)
+    r = run_one(gb300, "kv-cache", modelDir="/m", kvCacheDtype="auto")
+    assert r.status is Status.SKIP
+    assert (
+        "KV-cache quantization 'INT2'" in r.figure
+        and r.fix == "set kvCacheDtype explicitly (fp8 or bfloat16)"
+    )
+
+
+def test_kv_cache_null_max_model_len_is_the_models(gb300: Path) -> None:
+    write_stamp(
+        gb300 / "m",
+        files={"model.safetensors": 10**9},
+        config={**MLA_CONFIG, "max_position_embeddings": 202752},
+    )
+    r = run_one(gb300, "kv-cache", modelDir="/m", maxModelLen=None, maxNumSeqs=None)
+    assert r.details["max_model_len"] == 202752
+    assert "one maxModelLen 202,752-token request" in (r.threshold or "")
+    unknown = run_one(gb300, "kv-cache", maxModelLen=None)
+    assert unknown.status is Status.SKIP and "maxModelLen unset" in unknown.figure
 
 
 def test_kv_cache_from_checkpoint_config(gb300: Path) -> None:
@@ -574,18 +730,15 @@ def test_kv_cache_unknown_model_and_dtype(gb300: Path) -> None:
 
 
 def full_config(tmp_path: Path, **extra: Any) -> Path:
-    cfg = {
-        "port": 18888,
-        "modelDir": "/srv/m",
-        "revision": REV,
-        "paths": {"state": "/var/lib/vllm-station", "cache": "/var/cache/vllm-station", "logs": "/var/log/v"},
-        "diskMinFreeGiB": {"model": 0, "cache": 0, "logs": 0},
-        "pair": None,
+    return write_config(
+        tmp_path / "preflight.json",
+        port=18888,
+        modelDir="/srv/m",
+        revision=REV,
+        paths={"state": "/var/lib/vllm-station", "cache": "/var/cache/vllm-station", "logs": "/var/log/v"},
+        diskMinFreeGiB={"model": 0, "cache": 0, "logs": 0},
         **extra,
-    }
-    path = tmp_path / "preflight.json"
-    path.write_text(json.dumps(cfg))
-    return path
+    )
 
 
 def test_cli_json_schema_and_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

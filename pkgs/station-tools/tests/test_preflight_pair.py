@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+from preflight_config import make_config, mapping
 from sysfs_fixtures import gb300_root, write, write_stamp
 
 from vllm_station.cli import main
@@ -97,19 +98,8 @@ def write_limits(root: Path, memlock: str) -> None:
 
 
 def config(**pair_overrides: Any) -> PreflightConfig:
-    pair_cfg: dict[str, Any] = {
-        "role": "head",
-        "rank": 0,
-        "headAddress": LOCAL,
-        "workerAddress": "127.0.0.2",
-        "railInterface": "cx8r1",
-        "railHca": "mlx5_1",
-        "gidIndex": 3,
-        "masterPort": 29500,
-        "peerStampUrl": None,
-    }
-    pair_cfg.update(pair_overrides)
-    return PreflightConfig.from_mapping({"modelDir": MODEL_DIR, "revision": REV_A, "pair": pair_cfg})
+    pair_cfg: dict[str, Any] = {"headAddress": LOCAL, **pair_overrides}
+    return make_config(modelDir=MODEL_DIR, revision=REV_A, pair=pair_cfg)
 
 
 def run_one(root: Path, name: str, cfg: PreflightConfig) -> Any:
@@ -131,7 +121,7 @@ def test_pair_checks_register_in_group_pair() -> None:
 
 
 def test_pair_checks_do_not_run_without_a_pair(root: Path) -> None:
-    results = run_checks(Context(root=root, config=PreflightConfig()), ["pair"])
+    results = run_checks(Context(root=root, config=make_config()), ["pair"])
     assert [r.status for r in results] == [Status.SKIP] * len(PAIR_CHECKS)
     assert all("no pair configured" in r.figure for r in results)
 
@@ -326,15 +316,13 @@ def test_peer_not_answering_fails(root: Path) -> None:
     port = sock.getsockname()[1]
     filler = socket.create_connection(("127.0.0.4", port), timeout=1)
     try:
-        cfg = PreflightConfig.from_mapping(
-            {
-                "pair": {
-                    "role": "head",
-                    "headAddress": LOCAL,
-                    "workerAddress": "127.0.0.4",
-                    "masterPort": port,
-                    "peerTimeoutSeconds": 0.3,
-                }
+        cfg = make_config(
+            pair={
+                "role": "head",
+                "headAddress": LOCAL,
+                "workerAddress": "127.0.0.4",
+                "masterPort": port,
+                "peerTimeoutSeconds": 0.3,
             }
         )
         result = run_one(root, "rail-peer", cfg)
@@ -369,7 +357,7 @@ def test_peer_beacon_port_is_probed_when_configured(root: Path, listener: tuple[
 
 
 def test_peer_stamp_url_port_is_probed(root: Path, listener: tuple[str, int]) -> None:
-    # what the pair module writes: no beaconPort key, but peerStampUrl = http://PEER:beaconPort/stamp
+    # beaconPort null, but peerStampUrl = http://PEER:beaconPort/stamp (the beacon serves /stamp)
     host, port = listener
     cfg = config(workerAddress=host, masterPort=closed_port(host), peerStampUrl=f"http://{host}:{port}/stamp")
     result = run_one(root, "rail-peer", cfg)
@@ -525,7 +513,7 @@ def test_peer_stamp_server_silent_times_out(root: Path) -> None:
     try:
         url = f"http://127.0.0.1:{sock.getsockname()[1]}/stamp"
         with pytest.raises(ValueError, match=r"did not answer within 0\.3 s"):
-            pair.fetch_peer_stamp(Context(root=root), url, timeout=0.3)
+            pair.fetch_peer_stamp(Context(root=root, config=make_config()), url, timeout=0.3)
     finally:
         sock.close()
 
@@ -566,10 +554,10 @@ def test_cli_pair_group_all_pass(
 ) -> None:
     host, port = listener
     local_and_peer(root)
-    cfg = {
-        "modelDir": MODEL_DIR,
-        "revision": REV_A,
-        "pair": {
+    cfg = mapping(
+        modelDir=MODEL_DIR,
+        revision=REV_A,
+        pair={
             "role": "head",
             "rank": 0,
             "headAddress": LOCAL,
@@ -580,7 +568,7 @@ def test_cli_pair_group_all_pass(
             "masterPort": port,
             "peerStampUrl": PEER_DIR,
         },
-    }
+    )
     cfg_path = tmp_path / "preflight.json"
     cfg_path.write_text(json.dumps(cfg))
     code = main(["preflight", "--config", str(cfg_path), "--root", str(root), "--only", "pair", "--json"])
@@ -594,9 +582,9 @@ def test_cli_pair_failures_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture[
     root = rail_root(tmp_path / "root", operstate="down", mtu=1500, memlock="65536")
     cfg_path = tmp_path / "preflight.json"
     cfg_path.write_text(
-        json.dumps({"pair": {"role": "head", "headAddress": LOCAL, "workerAddress": "127.0.0.3",
-                             "masterPort": closed_port("127.0.0.3"), "railInterface": "cx8r1",
-                             "railHca": "mlx5_1", "gidIndex": 2}})
+        json.dumps(mapping(pair={"role": "head", "headAddress": LOCAL, "workerAddress": "127.0.0.3",
+                                 "masterPort": closed_port("127.0.0.3"), "railInterface": "cx8r1",
+                                 "railHca": "mlx5_1", "gidIndex": 2}))
     )  # fmt: skip
     code = main(["preflight", "--config", str(cfg_path), "--root", str(root), "--only", "pair"])
     out = capsys.readouterr().out

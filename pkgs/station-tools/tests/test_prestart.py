@@ -17,12 +17,16 @@ from sysfs_fixtures import (
     garble,
     gb300_root,
     make_unreadable,
+    node_meminfo_text,
     one_node_root,
     set_file_pages,
+    write,
     write_fake_runtime,
 )
 
 from vllm_station.cli import main
+
+GiB = 1024**3
 
 
 def prestart(root: Path, *extra: str) -> int:
@@ -92,11 +96,36 @@ def test_no_drop_leaves_drop_caches_alone(tmp_path: Path, capsys: pytest.Capture
     assert "(no drop: --no-drop)" in capsys.readouterr().err
 
 
+CDMM = "CDMM: GPU memory is not a NUMA node; the page-cache trap cannot occur"
+
+
 def test_missing_node_is_a_message_and_exit_0(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = one_node_root(tmp_path / "root")
     assert prestart(root, "--settle-seconds", "0") == 0
     out = capsys.readouterr().out
-    assert "NUMA node 1 does not exist on this machine" in out
+    assert f"station prestart: {CDMM} (NUMA node 1 does not exist on this machine)" in out
+
+
+def test_cdmm_said_out_loud_in_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """CDMM mode: node 0 (CPUs + LPDDR) is the only node; even a gpuNode that exists but has CPUs is
+    not GPU memory, so its FilePages (host page cache) must not refuse the start."""
+    root = one_node_root(tmp_path / "root")
+    write(root, f"{NODE_DIR}/node0/meminfo", node_meminfo_text(0, {"MemTotal": 100 * GiB, "MemFree": GiB,
+                                                                      "FilePages": 90 * GiB}))  # fmt: skip
+    assert main(["prestart", "--root", str(root), "--gpu-node", "0", "--settle-seconds", "0", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["status"] == "no-node" and report["cdmm"] is True
+    assert report["message"] == f"{CDMM} (NUMA node 0 has CPUs and no NUMA node is memory-only)"
+    assert report["file_pages_bytes"] is None
+    assert main(["prestart", "--root", str(root), "--gpu-node", "1", "--settle-seconds", "0", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["cdmm"] is True and report["message"].startswith(CDMM)
+
+
+def test_gb300_numa_mode_is_not_cdmm(gb300: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["prestart", "--root", str(gb300), "--settle-seconds", "0", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["status"] == "ok" and report["cdmm"] is False and "CDMM" not in report["message"]
 
 
 def test_unreadable_meminfo_is_a_clear_error(gb300: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -18,15 +18,10 @@ import pytest
 from hubserver import git_blob_sha1, make_checkpoint
 from safetensors.numpy import load_file
 
-from vllm_station.verify import (
-    HASHES_NAME,
-    STAMP_NAME,
-    HashRecord,
-    RecordedFile,
-    read_shard_header,
-    verify_checkpoint,
-    write_hash_record,
-)
+from vllm_station.checkpoint.hashes import HASHES_NAME, HashRecord, RecordedFile, write_hash_record
+from vllm_station.checkpoint.safetensors import read_shard_header
+from vllm_station.checkpoint.stamp import STAMP_NAME
+from vllm_station.checkpoint.verification import verify_checkpoint
 
 ARCH = "GlmMoeDsaForCausalLM"
 ALGO = "MIXED_PRECISION"

@@ -40,25 +40,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vllm_station.errors import StationError, Unreachable, UsageError
-from vllm_station.report import dump_json
-from vllm_station.verify import (
-    CONFIG_NAME,
-    INDEX_NAME,
-    QUANT_CONFIG_NAME,
-    HashRecord,
-    RecordedFile,
+from vllm_station.checkpoint.hashes import HashRecord, RecordedFile, read_hash_record, write_hash_record
+from vllm_station.checkpoint.layout import CONFIG_NAME, INDEX_NAME, QUANT_CONFIG_NAME
+from vllm_station.checkpoint.stamp import remove_stamp
+from vllm_station.checkpoint.verification import (
+    Expectations,
     VerifyReport,
-    expectations_from_args,
     failure_message,
-    read_hash_record,
-    remove_stamp,
-    render,
+    parse_expectations,
+    report_text,
     verify_checkpoint,
-    write_hash_record,
 )
-
-HELP = "download a pinned model revision bound to NUMA node 0, then verify it"
+from vllm_station.errors import CheckFailed, StationError, Unreachable, UsageError
+from vllm_station.report import dump_json
 
 log = logging.getLogger("vllm_station.download")
 
@@ -345,7 +339,7 @@ def run(args: argparse.Namespace) -> int:
     membind = None if args.no_membind else bind_memory(args.membind)
     if membind:
         print(f"station download: memory bound to {membind} (kernel read-back)", file=sys.stderr)
-    expect = expectations_from_args(args)
+    expect = parse_expectations(args.expect_arch, args.expect_quant_algo, args.expect_shards)
     if not COMMIT_RE.fullmatch(args.revision) and not args.allow_branch:
         raise UsageError(
             f"--revision {args.revision!r} is not a 40-hex commit: branches and tags move, so the checkpoint "
@@ -458,9 +452,7 @@ def run(args: argparse.Namespace) -> int:
     return _finish(args, report, expect, started)
 
 
-def _finish(args: argparse.Namespace, report: DownloadReport, expect: Any, started: float) -> int:
-    from vllm_station.errors import CheckFailed
-
+def _finish(args: argparse.Namespace, report: DownloadReport, expect: Expectations, started: float) -> int:
     result = verify_checkpoint(
         Path(report.dir), expect, sha256=args.sha256, repo=report.repo, revision=report.revision
     )
@@ -476,13 +468,9 @@ def _finish(args: argparse.Namespace, report: DownloadReport, expect: Any, start
             f"membind {report.membind or 'none'}"
             f"{' (offline)' if report.offline else ''}, {report.seconds:.1f} s"
         )
-        render(result, json_out=False)
+        print(report_text(result))
+        for w in result.warnings:
+            print(f"warning: {w}", file=sys.stderr)
     if not result.ok:
         raise CheckFailed("download finished but " + failure_message(result))
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    from vllm_station.cli import command_main
-
-    return command_main("download", argv)

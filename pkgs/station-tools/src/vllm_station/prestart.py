@@ -2,7 +2,9 @@
 
 1. `sync`, then write 1 to `<root>/proc/sys/vm/drop_caches` (unless `--no-drop`);
 2. read FilePages of NUMA node `--gpu-node` (on a GB300 node 1 is the GPU's HBM) until it is at or
-   below `--max-file-pages-gib` or `--settle-seconds` have passed; no such node → say so, go on;
+   below `--max-file-pages-gib` or `--settle-seconds` have passed. When GPU memory is not a NUMA node
+   (no such node, or no memory-only node at all: the CDMM driver mode, the host module's default) say so
+   out loud — `CDMM: GPU memory is not a NUMA node; the page-cache trap cannot occur` — and go on;
 3. container backend: save `<runtime> logs <container>` to `<log-dir>/<container>-<UTC stamp>.log`
    (newest `--keep-logs` kept), then `<runtime> rm -f <container>`; no container is fine.
 
@@ -23,9 +25,16 @@ from pathlib import Path
 
 from vllm_station.errors import EXIT_FAIL, EXIT_OK, StationError, UsageError
 from vllm_station.host import container as rt
-from vllm_station.host.sysfs import HostReadError, NodeNotFound, node_dir, node_meminfo
+from vllm_station.host.sysfs import (
+    HostReadError,
+    NodeNotFound,
+    memory_only_nodes,
+    node_dir,
+    node_meminfo,
+    numa_layout,
+)
 
-HELP = "before every start: sync, drop page cache, check HBM FilePages, keep old logs"
+CDMM_MESSAGE = "CDMM: GPU memory is not a NUMA node; the page-cache trap cannot occur"
 GiB = 1024**3
 POLL_S = 0.1
 
@@ -55,7 +64,7 @@ class LogsReport:
 
 @dataclass
 class PrestartReport:
-    status: str  # ok | no-node | above-threshold | error
+    status: str  # ok | no-node (GPU memory is not a NUMA node: CDMM) | above-threshold | error
     node: int
     file_pages_bytes: int | None
     file_pages_gib: float | None
@@ -64,6 +73,7 @@ class PrestartReport:
     waited_s: float
     message: str
     fix: str | None = None
+    cdmm: bool = False  # GPU memory is not a NUMA node: nothing to check
     logs: LogsReport | None = None
     errors: list[str] = field(default_factory=list)
     timings_ms: dict[str, float] = field(default_factory=dict)
@@ -142,6 +152,34 @@ def read_file_pages(root: Path, node: int) -> int:
     return info["FilePages"]
 
 
+def gpu_memory_not_numa(root: Path, node: int) -> str | None:
+    """Why GPU memory is not a NUMA node here (CDMM), or None when `node` is a memory-only node or the
+    layout cannot be read (the FilePages read then reports the problem)."""
+    try:
+        layout = numa_layout(root)
+    except HostReadError:
+        return None
+    if node not in {n.node for n in layout}:
+        return f"NUMA node {node} does not exist on this machine"
+    if not memory_only_nodes(layout):
+        return f"NUMA node {node} has CPUs and no NUMA node is memory-only"
+    return None
+
+
+def _cdmm_report(opts: PrestartOptions, reason: str) -> PrestartReport:
+    return PrestartReport(
+        status="no-node",
+        node=opts.gpu_node,
+        file_pages_bytes=None,
+        file_pages_gib=None,
+        threshold_gib=opts.max_file_pages_gib,
+        dropped=opts.drop,
+        waited_s=0.0,
+        message=f"{CDMM_MESSAGE} ({reason})",
+        cdmm=True,
+    )
+
+
 def check_page_cache(opts: PrestartOptions, timings: dict[str, float]) -> PrestartReport:
     t0 = time.perf_counter()
     os.sync()
@@ -152,27 +190,19 @@ def check_page_cache(opts: PrestartOptions, timings: dict[str, float]) -> Presta
         timings["drop"] = _ms(t1)
     threshold = int(opts.max_file_pages_gib * GiB)
     t2 = time.perf_counter()
+    reason = gpu_memory_not_numa(opts.root, opts.gpu_node)
+    if reason is not None:
+        timings["read"] = _ms(t2)
+        return _cdmm_report(opts, reason)
     deadline = t2 + opts.settle_seconds
     try:
         pages = read_file_pages(opts.root, opts.gpu_node)
         while pages > threshold and opts.drop and time.perf_counter() < deadline:
             time.sleep(min(POLL_S, max(0.0, deadline - time.perf_counter())))
             pages = read_file_pages(opts.root, opts.gpu_node)
-    except NodeNotFound:
+    except NodeNotFound as err:
         timings["read"] = _ms(t2)
-        return PrestartReport(
-            status="no-node",
-            node=opts.gpu_node,
-            file_pages_bytes=None,
-            file_pages_gib=None,
-            threshold_gib=opts.max_file_pages_gib,
-            dropped=opts.drop,
-            waited_s=0.0,
-            message=(
-                f"NUMA node {opts.gpu_node} does not exist on this machine: no GPU-memory NUMA node, "
-                "nothing to check for page cache in HBM"
-            ),
-        )
+        return _cdmm_report(opts, err.problem)
     except HostReadError as err:
         raise StationError(f"cannot read FilePages of NUMA node {opts.gpu_node}: {err}") from err
     waited = time.perf_counter() - t2
@@ -313,9 +343,3 @@ def run(args: argparse.Namespace) -> int:
         )
         return EXIT_FAIL
     return EXIT_FAIL if report.errors else EXIT_OK
-
-
-def main(argv: list[str] | None = None) -> int:
-    from vllm_station.cli import command_main
-
-    return command_main("prestart", argv)

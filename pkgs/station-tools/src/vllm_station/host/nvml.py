@@ -3,17 +3,36 @@
 `pynvml` is imported only inside `read_nvml()`; when the module or the driver library is missing it
 raises `NvmlUnavailable` with the reason, so callers report SKIP instead of crashing. Queries a GPU or
 driver does not support read as None.
+
+The driver's `libnvidia-ml.so.1` is loaded from an ordered list of candidates (`library_candidates`):
+`$STATION_NVML_LIBRARY`, the loader's search path, then the directories drivers install it in —
+`/run/opengl-driver/lib` first: on NixOS the driver lives there and a systemd unit does not have it on
+its loader path. The first that loads is handed to pynvml (its `nvmlLib`, set under its lock); when
+none loads, the error lists every candidate tried and why.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+import ctypes
+import os
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+LIBRARY_ENV = "STATION_NVML_LIBRARY"
+LIBRARY_NAME = "libnvidia-ml.so.1"
+# where drivers install the library, in the order tried after the loader's own search
+LIBRARY_DIRS = (
+    "/run/opengl-driver/lib",  # NixOS (hardware.graphics / nvidia driver)
+    "/usr/lib/x86_64-linux-gnu",  # Debian, Ubuntu
+    "/usr/lib/aarch64-linux-gnu",
+    "/usr/lib64",  # Fedora, RHEL, SUSE
+    "/usr/lib",
+)
 
 ADDRESSING_MODES = {0: "none", 1: "HMM", 2: "ATS"}
 
@@ -72,12 +91,58 @@ def _proc_text(pid: int, name: str, root: Path) -> str:
     return raw.replace(b"\0", b" ").decode("utf-8", errors="replace").strip()
 
 
-def read_nvml(proc_root: Path = Path("/")) -> NvmlReport:
-    """Read every GPU. `proc_root` is where process names are looked up (the host's /proc)."""
+def library_candidates(env: Mapping[str, str] | None = None, prefix: Path = Path("/")) -> list[str]:
+    """Where `libnvidia-ml.so.1` is looked for, in order: `$STATION_NVML_LIBRARY`, the bare name (the
+    loader's search path), then `LIBRARY_DIRS` under `prefix` (tests point it at a prepared tree)."""
+    env = os.environ if env is None else env
+    candidates: list[str] = []
+    override = env.get(LIBRARY_ENV, "").strip()
+    if override:
+        candidates.append(override)
+    candidates.append(LIBRARY_NAME)
+    for directory in LIBRARY_DIRS:
+        candidates.append(str(prefix / directory.lstrip("/") / LIBRARY_NAME))
+    return list(dict.fromkeys(candidates))
+
+
+def _load_error(candidate: str, err: OSError) -> str:
+    text = str(err)
+    return text[len(candidate) + 2 :] if text.startswith(f"{candidate}: ") else text
+
+
+def load_library(candidates: Sequence[str] | None = None) -> str:
+    """Load NVML for pynvml from the first candidate that loads; the path (or name) loaded. When pynvml
+    already holds a library, that one stays. Raises NvmlUnavailable listing every candidate tried."""
     try:
         import pynvml
     except ImportError as err:
         raise NvmlUnavailable(f"the nvidia-ml-py module is not installed ({err})") from err
+    with pynvml.libLoadLock:  # the lock pynvml's own loader takes: the library is set once
+        if pynvml.nvmlLib is not None:
+            return str(getattr(pynvml.nvmlLib, "_name", LIBRARY_NAME))
+        tried: list[str] = []
+        for candidate in library_candidates() if candidates is None else candidates:
+            try:
+                lib = ctypes.CDLL(candidate)
+            except OSError as err:
+                tried.append(f"{candidate} ({_load_error(candidate, err)})")
+                continue
+            pynvml.nvmlLib = lib
+            # function pointers pynvml cached from an earlier library must not outlive it
+            pynvml._nvmlGetFunctionPointer_cache.clear()
+            return candidate
+    raise NvmlUnavailable(
+        f"cannot load the NVML library {LIBRARY_NAME} (the NVIDIA driver's); tried: {'; '.join(tried)} — "
+        f"set {LIBRARY_ENV} to its path"
+    )
+
+
+def read_nvml(proc_root: Path = Path("/"), candidates: Sequence[str] | None = None) -> NvmlReport:
+    """Read every GPU. `proc_root` is where process names are looked up (the host's /proc);
+    `candidates` where the library is looked for (default: `library_candidates()`)."""
+    load_library(candidates)
+    import pynvml
+
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError as err:

@@ -4,13 +4,14 @@ PASS/WARN/FAIL/SKIP with the figure, the threshold and the fix. Run order is the
 from __future__ import annotations
 
 import errno
-import json
 import os
 import socket
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from vllm_station.checkpoint.layout import CONFIG_NAME
+from vllm_station.checkpoint.stamp import STAMP_NAME, StampError, StampMissing, read_stamp
 from vllm_station.host import container as rt
 from vllm_station.host import sysfs
 from vllm_station.host.nvml import GpuInfo, NvmlReport, NvmlUnavailable, read_nvml
@@ -21,7 +22,8 @@ PAGE_CACHE_FIX = (
     "run `station prestart --gpu-node {node}` (sync + drop_caches) before the start, and bind bulk file "
     "I/O (downloads, copies, rsync, backups) to node 0: `station numa-exec --membind 0 -- …`"
 )
-STAMP_NAME = ".station-verified.json"
+# said out loud whenever GPU memory is not a NUMA node (`station prestart` says the same words)
+CDMM_MESSAGE = "CDMM: GPU memory is not a NUMA node; the page-cache trap cannot occur"
 # minimum free space (GiB) per path kind; override with config "diskMinFreeGiB": {"model": …, …}
 DISK_MIN_FREE_GIB = {"model": 10.0, "state": 10.0, "cache": 20.0, "logs": 1.0}
 # GPU memory held with no process visible above this is reported
@@ -125,11 +127,25 @@ def numa(ctx: Context) -> CheckResult:
     return CheckResult(
         "numa",
         Status.PASS,
-        f"{len(layout)} node(s): {nodes_text}; no memory-only node — GPU memory is not a NUMA node "
-        "(discrete GPU or CDMM driver mode): no page cache can land in HBM",
+        f"{len(layout)} node(s): {nodes_text}; no memory-only node — {CDMM_MESSAGE} "
+        "(discrete GPU or CDMM driver mode)",
         threshold=f"gpuNode {node} has memory and no CPUs (when present)",
         details=details,
     )
+
+
+def _gpu_memory_not_numa(ctx: Context, node: int) -> str | None:
+    """Why GPU memory is not a NUMA node here (CDMM), or None when `node` is a memory-only node or the
+    layout cannot be read (the meminfo read then reports the problem)."""
+    try:
+        layout = _layout(ctx)
+    except sysfs.HostReadError:
+        return None
+    if node not in {n.node for n in layout}:
+        return f"NUMA node {node} does not exist on this machine"
+    if not sysfs.memory_only_nodes(layout):
+        return f"NUMA node {node} has CPUs and no NUMA node is memory-only"
+    return None
 
 
 @check("page-cache", description="FilePages / MemFree / MemTotal of the GPU-memory node vs the threshold")
@@ -137,12 +153,25 @@ def page_cache(ctx: Context) -> CheckResult:
     node = ctx.config.gpu_node
     limit = int(ctx.config.max_file_pages_gib * GiB)
     threshold = f"FilePages <= {ctx.config.max_file_pages_gib:g} GiB"
+    cdmm = _gpu_memory_not_numa(ctx, node)
+    if cdmm is not None:
+        return CheckResult(
+            "page-cache",
+            Status.PASS,
+            f"{CDMM_MESSAGE} ({cdmm})",
+            threshold=threshold,
+            details={"node": node, "cdmm": True, "reason": cdmm},
+        )
     try:
         info = sysfs.node_meminfo(ctx.root, node)
-    except sysfs.NodeNotFound as err:
-        raise SkipCheck(
-            f"NUMA node {node} does not exist: no GPU-memory node to check", details={"path": str(err.path)}
-        ) from err
+    except sysfs.NodeNotFound as err:  # the layout said otherwise a moment ago
+        return CheckResult(
+            "page-cache",
+            Status.PASS,
+            f"{CDMM_MESSAGE} ({err.problem})",
+            threshold=threshold,
+            details={"node": node, "cdmm": True, "reason": err.problem},
+        )
     except sysfs.HostReadError as err:
         return _read_failure("page-cache", err)
     missing = [k for k in ("FilePages", "MemFree", "MemTotal") if k not in info]
@@ -362,18 +391,6 @@ def gpu(ctx: Context) -> CheckResult:
 # --- model ---------------------------------------------------------------------------------------
 
 
-def read_stamp(path: Path) -> dict[str, Any]:
-    """The verify stamp (design.md: version 1). Raises ValueError naming what is wrong."""
-    data = json.loads(path.read_text(encoding="utf-8"))
-    if not isinstance(data, dict):
-        raise ValueError("not a JSON object")
-    if data.get("version") != 1:
-        raise ValueError(f"unknown stamp version {data.get('version')!r} (expected 1)")
-    if not isinstance(data.get("files"), list):
-        raise ValueError("no 'files' list")
-    return data
-
-
 @check("model", description="the verify stamp exists, matches the configured revision and the files on disk")
 def model(ctx: Context) -> CheckResult:
     cfg = ctx.config
@@ -390,7 +407,9 @@ def model(ctx: Context) -> CheckResult:
         return CheckResult(
             "model", Status.FAIL, f"model directory {cfg.model_dir} does not exist", threshold, verify_fix
         )
-    if not stamp_path.is_file():
+    try:
+        stamp = read_stamp(stamp_path)
+    except StampMissing:
         return CheckResult(
             "model",
             Status.FAIL,
@@ -398,20 +417,17 @@ def model(ctx: Context) -> CheckResult:
             threshold,
             verify_fix,
         )
-    try:
-        stamp = read_stamp(stamp_path)
-    except (OSError, ValueError) as err:
-        return CheckResult(
-            "model", Status.FAIL, f"verify stamp {stamp_path} unreadable: {err}", threshold, verify_fix
-        )
-    revision = stamp.get("revision")
+    except StampError as err:
+        figure = f"verify stamp {stamp_path} unreadable: {err.problem}"
+        return CheckResult("model", Status.FAIL, figure, threshold, verify_fix)
+    revision = stamp.revision
     details: dict[str, Any] = {
         "stamp": str(stamp_path),
-        "repo": stamp.get("repo"),
+        "repo": stamp.repo,
         "revision": revision,
-        "verified_at": stamp.get("verified_at"),
-        "sha256_checked": stamp.get("sha256_checked"),
-        "files": len(stamp["files"]),
+        "verified_at": stamp.verified_at,
+        "sha256_checked": stamp.sha256_checked,
+        "files": len(stamp.files),
     }
     if cfg.revision and revision != cfg.revision:
         return CheckResult(
@@ -419,22 +435,20 @@ def model(ctx: Context) -> CheckResult:
             Status.FAIL,
             f"stamp revision {revision} != configured {cfg.revision}",
             threshold,
-            f"download revision {cfg.revision} (`station download {stamp.get('repo') or cfg.model} "
+            f"download revision {cfg.revision} (`station download {stamp.repo or cfg.model} "
             f"--revision {cfg.revision} --dir {cfg.model_dir}`) or pin the revision the stamp names",
             details,
         )
     changed = []
-    for entry in stamp["files"]:
-        if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
-            continue
-        f = directory / entry["path"]
+    for entry in stamp.files:
+        f = directory / entry.path
         try:
             size = f.stat().st_size
         except OSError:
-            changed.append(f"{entry['path']} missing")
+            changed.append(f"{entry.path} missing")
             continue
-        if isinstance(entry.get("size"), int) and size != entry["size"]:
-            changed.append(f"{entry['path']} {size} B != {entry['size']} B")
+        if entry.size is not None and size != entry.size:
+            changed.append(f"{entry.path} {size} B != {entry.size} B")
     if changed:
         details["changed"] = changed
         return CheckResult(
@@ -447,8 +461,8 @@ def model(ctx: Context) -> CheckResult:
             details,
         )
     figure = (
-        f"verified {stamp.get('verified_at')}: {stamp.get('repo')}@{revision}, {len(stamp['files'])} files"
-        f"{', sha256 checked' if stamp.get('sha256_checked') else ''}"
+        f"verified {stamp.verified_at}: {stamp.repo}@{revision}, {len(stamp.files)} files"
+        f"{', sha256 checked' if stamp.sha256_checked else ''}"
     )
     if not cfg.revision:
         return CheckResult(
@@ -686,7 +700,12 @@ def kv_cache(ctx: Context) -> CheckResult:
         total = profile.gpu_memory_bytes
         sources["gpu_memory"] = f"assumed: {total / 1e9:.0f} GB GB300 HBM, no NVML ({profile.name})"
     overhead = profile.overhead_bytes if profile is not None else kvcache.DEFAULT_OVERHEAD_BYTES
-    dtype = cfg.kv_cache_dtype
+    try:
+        kv_dtype = kvcache.resolve_kv_dtype(cfg.kv_cache_dtype, model_dir, profile)
+    except kvcache.KvDtypeError as err:
+        raise SkipCheck(str(err), fix="set kvCacheDtype explicitly (fp8 or bfloat16)") from err
+    dtype = kv_dtype.dtype
+    sources["kv_cache_dtype"] = kv_dtype.source
     if dtype not in kvcache.DTYPE_BYTES:
         return CheckResult(
             "kv-cache",
@@ -694,12 +713,22 @@ def kv_cache(ctx: Context) -> CheckResult:
             f"unknown kvCacheDtype {dtype!r}",
             fix=f"use one of {', '.join(kvcache.DTYPE_BYTES)}",
         )
+    max_model_len = cfg.max_model_len
+    if max_model_len is None:
+        max_model_len = kvcache.read_max_context(model_dir) if model_dir is not None else None
+        if max_model_len is None:
+            raise SkipCheck(
+                "maxModelLen unset (vLLM uses the model's context length) and no max_position_embeddings "
+                "in the checkpoint's config.json: no request size to compare with",
+                fix="set maxModelLen, or modelDir to the downloaded checkpoint",
+            )
+        sources["max_model_len"] = f"the model's max_position_embeddings ({CONFIG_NAME}), maxModelLen unset"
     other = "bfloat16" if kvcache.DTYPE_BYTES[dtype] == 1 else "fp8"
-    args = (total, cfg.gpu_memory_utilization, weights, overhead, cfg.max_model_len)
+    args = (total, cfg.gpu_memory_utilization, weights, overhead, max_model_len)
     mine = kvcache.estimate(geometry, dtype, *args)
     alt = kvcache.estimate(geometry, other, *args)
     # maxNumSeqs unset (null): vLLM picks it; the capacity is still checked against one full request
-    demand = cfg.max_model_len * cfg.max_num_seqs if cfg.max_num_seqs is not None else None
+    demand = max_model_len * cfg.max_num_seqs if cfg.max_num_seqs is not None else None
     measured = kvcache.measured_from_logs(ctx.host_path(cfg.paths.logs))
     details: dict[str, Any] = {
         "sources": sources,
@@ -712,7 +741,7 @@ def kv_cache(ctx: Context) -> CheckResult:
         "overhead_bytes": overhead,
         "estimate": asdict(mine),
         "alternative": asdict(alt),
-        "max_model_len": cfg.max_model_len,
+        "max_model_len": max_model_len,
         "max_num_seqs": cfg.max_num_seqs,
         "demand_tokens": demand,
         "measured": asdict(measured) if measured else None,
@@ -720,17 +749,18 @@ def kv_cache(ctx: Context) -> CheckResult:
     figure = (
         f"{dtype} KV cache ≈ {mine.tokens:,} tokens "
         f"({mine.bytes_per_token:,} B/token, {gib(mine.budget_bytes)}) "
-        f"= {mine.full_requests:.2f} full {cfg.max_model_len:,}-token requests; "
+        f"= {mine.full_requests:.2f} full {max_model_len:,}-token requests; "
         f"{other}: {alt.tokens:,} tokens = {alt.full_requests:.2f}"
     )
+    figure += f"; KV dtype from {kv_dtype.source}"
     if measured is not None:
         figure += f"; last run's vLLM reported {measured.tokens:,} tokens"
         if measured.concurrency is not None:
             figure += f" ({measured.concurrency:g}x)"
     threshold = (
-        f"maxNumSeqs {cfg.max_num_seqs} × maxModelLen {cfg.max_model_len:,} = {demand:,} tokens"
+        f"maxNumSeqs {cfg.max_num_seqs} × maxModelLen {max_model_len:,} = {demand:,} tokens"
         if demand is not None
-        else f"one maxModelLen {cfg.max_model_len:,}-token request (maxNumSeqs unset: vLLM's default)"
+        else f"one maxModelLen {max_model_len:,}-token request (maxNumSeqs unset: vLLM's default)"
     )
     if mine.budget_bytes <= 0 and measured is None:
         usable = round(total * cfg.gpu_memory_utilization)
@@ -746,11 +776,11 @@ def kv_cache(ctx: Context) -> CheckResult:
             details,
         )
     tokens = measured.tokens if measured is not None else mine.tokens
-    if tokens < cfg.max_model_len:
+    if tokens < max_model_len:
         return CheckResult(
             "kv-cache",
             Status.FAIL,
-            figure + f" — less than one {cfg.max_model_len:,}-token request: vLLM refuses to start",
+            figure + f" — less than one {max_model_len:,}-token request: vLLM refuses to start",
             threshold,
             "lower maxModelLen, raise gpuMemoryUtilization, use kvCacheDtype fp8, or free GPU memory",
             details,
@@ -762,7 +792,7 @@ def kv_cache(ctx: Context) -> CheckResult:
             figure
             + f"; all {cfg.max_num_seqs} sequences at full length need {demand:,} ({demand / tokens:.1f}×)",
             threshold,
-            f"expected with long contexts: beyond {tokens // cfg.max_model_len} full-length requests "
+            f"expected with long contexts: beyond {tokens // max_model_len} full-length requests "
             "vLLM queues (it does not fail); for more lower maxModelLen or add a station; keep fp8 "
             f"({other} gives {alt.full_requests:.2f})"
             if kvcache.DTYPE_BYTES[dtype] == 1

@@ -11,6 +11,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from vllm_station.errors import UsageError
 from vllm_station.host import container as rt
@@ -24,8 +25,31 @@ from vllm_station.preflight.core import (
     run_checks,
 )
 
-HELP = "know before you start: NUMA, page cache, GPU, checkpoint, disk, port"
 JSON_VERSION = 1
+
+# Without --config: what the NixOS module writes for a serve configuration with no preset and no model
+# settings (vLLM's own defaults as null), so flags alone describe a station. No model-specific numbers.
+NO_CONFIG: dict[str, Any] = {
+    "host": "127.0.0.1",
+    "port": 8000,
+    "model": "",
+    "modelDir": None,
+    "revision": None,
+    "gpuNode": 1,
+    "maxFilePagesGiB": 4,
+    "gpuMemoryUtilization": None,
+    "maxModelLen": None,
+    "maxNumSeqs": None,
+    "kvCacheDtype": None,
+    "runtime": None,
+    "image": None,
+    "paths": {
+        "state": "/var/lib/vllm-station",
+        "cache": "/var/cache/vllm-station",
+        "logs": "/var/log/vllm-station",
+    },
+    "pair": None,
+}
 
 # flag → config field for the overrides that work without a config file
 _OVERRIDES: tuple[tuple[str, str, type, str], ...] = (
@@ -73,14 +97,14 @@ class PreflightReport:
 
 
 def build_config(args: argparse.Namespace) -> PreflightConfig:
-    config = PreflightConfig.load(args.config) if args.config else PreflightConfig()
+    config = PreflightConfig.load(args.config) if args.config else PreflightConfig.from_mapping(NO_CONFIG)
     for _, dest, _, _ in _OVERRIDES:
         value = getattr(args, f"set_{dest}")
         if value is not None:
             setattr(config, dest, value)
     if not 0 < config.gpu_memory_utilization <= 1:
         raise UsageError(f"gpuMemoryUtilization must be in (0, 1], got {config.gpu_memory_utilization}")
-    if config.max_model_len <= 0 or (config.max_num_seqs is not None and config.max_num_seqs <= 0):
+    if any(v is not None and v <= 0 for v in (config.max_model_len, config.max_num_seqs)):
         raise UsageError("maxModelLen and maxNumSeqs must be positive")
     if config.runtime is not None:
         rt.runtime_name(config.runtime)  # docker, podman or an absolute path to one: a usage error otherwise
@@ -143,9 +167,3 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(render(report))
     return report.exit_code
-
-
-def main(argv: list[str] | None = None) -> int:
-    from vllm_station.cli import command_main
-
-    return command_main("preflight", argv)

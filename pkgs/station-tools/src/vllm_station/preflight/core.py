@@ -26,16 +26,17 @@ import importlib
 import json
 import logging
 import time
+import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from vllm_station.errors import UsageError
+from vllm_station.errors import StationError, UsageError
 
 log = logging.getLogger(__name__)
 
-# Modules whose import registers checks, in run order. A module that does not exist yet is skipped.
+# Modules whose import registers checks, in run order. Every one must import (load_checks).
 CHECK_MODULES: tuple[str, ...] = ("vllm_station.preflight.checks", "vllm_station.preflight.pair")
 
 GiB = 1024**3
@@ -78,63 +79,64 @@ class SkipCheck(Exception):
 
 @dataclass
 class PathsConfig:
-    state: str = "/var/lib/vllm-station"
-    cache: str = "/var/cache/vllm-station"
-    logs: str = "/var/log/vllm-station"
+    state: str
+    cache: str
+    logs: str
 
 
 @dataclass
 class PairConfig:
-    role: str = "head"
-    rank: int = 0
-    head_address: str | None = None
-    worker_address: str | None = None
-    rail_interface: str | None = None
-    rail_hca: str | None = None
-    gid_index: int = 3
-    master_port: int = 29500
-    peer_stamp_url: str | None = None
+    role: str
+    rank: int
+    head_address: str | None
+    worker_address: str | None
+    rail_interface: str | None
+    rail_hca: str | None
+    gid_index: int
+    master_port: int
+    beacon_port: int | None  # null: no beacon (rail-peer probes peerStampUrl's port or masterPort)
+    peer_stamp_url: str | None
 
 
 @dataclass
 class PreflightConfig:
-    """The JSON the Nix module writes (camelCase keys; unknown keys ignored, missing keys default)."""
+    """The JSON the Nix module writes (`/etc/vllm-station/preflight.json`), read strictly: every key
+    below is required (camelCase), an unknown key is a usage error, and so is a wrong type. A vLLM setting
+    the module leaves unset is written as null and means vLLM's default (`VLLM_DEFAULTS`)."""
 
-    host: str = "127.0.0.1"
-    port: int = 8888
-    model: str = "nvidia/GLM-5.3-Flash-NVFP4"
-    model_dir: str | None = None
-    revision: str | None = None
-    gpu_node: int = 1
-    max_file_pages_gib: float = 4.0
-    gpu_memory_utilization: float = 0.94
-    max_model_len: int = 1048576
-    max_num_seqs: int | None = 256  # null in the JSON: not set, vLLM picks its own
-    kv_cache_dtype: str = "fp8"
-    runtime: str | None = None
-    image: str | None = None
-    paths: PathsConfig = field(default_factory=PathsConfig)
-    pair: PairConfig | None = None
-    # the whole parsed JSON, for check modules that read keys of their own
+    host: str
+    port: int
+    model: str
+    model_dir: str | None
+    revision: str | None
+    gpu_node: int
+    max_file_pages_gib: float
+    gpu_memory_utilization: float
+    max_model_len: int | None  # null: the model's own context length
+    max_num_seqs: int | None  # null: not set, vLLM picks its own
+    kv_cache_dtype: str  # "auto" (null): what the checkpoint's configuration says, else the model dtype
+    runtime: str | None
+    image: str | None
+    paths: PathsConfig
+    pair: PairConfig | None
+    # the whole parsed JSON, for check modules that read keys of their own (OPTIONAL_KEYS)
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> PreflightConfig:
         if not isinstance(data, Mapping):
             raise UsageError(f"preflight config: expected a JSON object, got {type(data).__name__}")
-        values = _load_fields(cls, data, "", skip={"paths", "pair", "raw"})
-        paths_raw = data.get("paths")
-        paths = PathsConfig()
-        if paths_raw is not None:
-            if not isinstance(paths_raw, Mapping):
-                raise UsageError("preflight config: 'paths' must be an object")
-            paths = PathsConfig(**_load_fields(PathsConfig, paths_raw, "paths."))
-        pair_raw = data.get("pair")
+        values = _load_fields(cls, data, "", nested={"paths", "pair"}, optional=OPTIONAL_KEYS[""])
+        paths_raw = data["paths"]
+        if not isinstance(paths_raw, Mapping):
+            raise UsageError("preflight config: 'paths' must be an object")
+        paths = PathsConfig(**_load_fields(PathsConfig, paths_raw, "paths."))
+        pair_raw = data["pair"]
         pair: PairConfig | None = None
         if pair_raw is not None:
             if not isinstance(pair_raw, Mapping):
                 raise UsageError("preflight config: 'pair' must be an object or null")
-            pair = PairConfig(**_load_fields(PairConfig, pair_raw, "pair."))
+            pair = PairConfig(**_load_fields(PairConfig, pair_raw, "pair.", optional=OPTIONAL_KEYS["pair."]))
         return cls(**values, paths=paths, pair=pair, raw=dict(data))
 
     @classmethod
@@ -147,7 +149,10 @@ class PreflightConfig:
             data = json.loads(text)
         except json.JSONDecodeError as err:
             raise UsageError(f"preflight config {path} is not valid JSON: {err}") from err
-        return cls.from_mapping(data)
+        try:
+            return cls.from_mapping(data)
+        except UsageError as err:
+            raise UsageError(f"{path}: {err}") from err
 
 
 def camel(name: str) -> str:
@@ -158,43 +163,87 @@ def camel(name: str) -> str:
 # special spellings of camelCase keys that the simple rule does not produce
 _KEY_OVERRIDES = {"max_file_pages_gib": "maxFilePagesGiB"}
 
+# Keys a check module reads from `raw` when present (preflight-only settings the module does not write).
+OPTIONAL_KEYS: dict[str, frozenset[str]] = {
+    "": frozenset({"diskMinFreeGiB"}),
+    "pair.": frozenset({"mtu", "peerTimeoutSeconds"}),
+}
 
-def _load_fields(cls: type, data: Mapping[str, Any], prefix: str, skip: Iterable[str] = ()) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+
+def config_keys(cls: type, skip: Iterable[str] = ("raw",)) -> list[str]:
+    """The camelCase keys a config dataclass requires, in field order."""
     skipped = set(skip)
+    return [
+        _KEY_OVERRIDES.get(f.name, camel(f.name)) for f in dataclasses.fields(cls) if f.name not in skipped
+    ]
+
+
+def _load_fields(
+    cls: type,
+    data: Mapping[str, Any],
+    prefix: str,
+    nested: Iterable[str] = (),
+    optional: Iterable[str] = (),
+) -> dict[str, Any]:
+    """The values of `cls`'s fields from `data`: every key required, unknown keys refused."""
+    hints = typing.get_type_hints(cls)
+    known = config_keys(cls)
+    extra = set(optional)
+    unknown = sorted(k for k in data if k not in known and k not in extra)
+    if unknown:
+        raise UsageError(
+            f"preflight config: unknown key{'s' if len(unknown) > 1 else ''} "
+            f"{', '.join(repr(prefix + k) for k in unknown)}; known keys"
+            f"{' of ' + repr(prefix.rstrip('.')) if prefix else ''}: {', '.join(known + sorted(extra))}"
+        )
+    missing = [k for k in known if k not in data]
+    if missing:
+        raise UsageError(
+            f"preflight config: missing key{'s' if len(missing) > 1 else ''} "
+            f"{', '.join(repr(prefix + k) for k in missing)} (the NixOS module writes every key; "
+            "is this file from another version of vllm-station?)"
+        )
+    skipped = set(nested) | {"raw"}
+    out: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         if f.name in skipped:
             continue
         key = _KEY_OVERRIDES.get(f.name, camel(f.name))
-        if key not in data:
-            continue
-        out[f.name] = _coerce(f"{prefix}{key}", data[key], f.default)
+        out[f.name] = _coerce(f"{prefix}{key}", data[key], hints[f.name])
     return out
 
 
 # The module writes null for a vLLM setting left unset ("null: vLLM's default"). These stand for it.
-VLLM_DEFAULTS: dict[str, Any] = {"gpuMemoryUtilization": 0.9, "kvCacheDtype": "auto", "maxNumSeqs": None}
+VLLM_DEFAULTS: dict[str, Any] = {
+    "gpuMemoryUtilization": 0.9,
+    "kvCacheDtype": "auto",
+    "maxNumSeqs": None,
+    "maxModelLen": None,
+}
 
 
-def _coerce(key: str, value: Any, default: Any) -> Any:
-    """Type-check one value against its default's type (None allowed where the default is None)."""
+def _coerce(key: str, value: Any, hint: Any) -> Any:
+    """Type-check one value against its field's type (null allowed where the type is optional)."""
+    args = typing.get_args(hint)
+    nullable = type(None) in args
+    kind = next((a for a in args if a is not type(None)), hint) if args else hint
     if value is None:
         if key in VLLM_DEFAULTS:
             return VLLM_DEFAULTS[key]
-        if default is None:
+        if nullable:
             return None
         raise UsageError(f"preflight config: '{key}' must not be null")
-    if isinstance(default, bool):
+    if kind is bool:
         ok = isinstance(value, bool)
-    elif isinstance(default, int):
+    elif kind is int:
         ok = isinstance(value, int) and not isinstance(value, bool)
-    elif isinstance(default, float):
+    elif kind is float:
         ok = isinstance(value, int | float) and not isinstance(value, bool)
         value = float(value) if ok else value
-    else:  # str or None defaults: strings
+    else:
         ok = isinstance(value, str)
     if not ok:
-        expected = "a string" if default is None or isinstance(default, str) else type(default).__name__
+        expected = "a string" if kind is str else kind.__name__
         raise UsageError(f"preflight config: '{key}' must be {expected}, got {json.dumps(value)}")
     return value
 
@@ -209,8 +258,8 @@ class Context:
     """What every check gets: the root of the host's filesystem (`/`, or a prepared tree in tests),
     the configuration, and a cache so readers shared by several checks run once."""
 
+    config: PreflightConfig
     root: Path = Path("/")
-    config: PreflightConfig = field(default_factory=PreflightConfig)
     cache: dict[str, Any] = field(default_factory=dict)
     env: Mapping[str, str] = field(default_factory=dict)
 
@@ -271,14 +320,15 @@ def check(name: str, group: str = "station", description: str = "") -> Callable[
 
 
 def load_checks(modules: Sequence[str] = CHECK_MODULES) -> dict[str, CheckSpec]:
-    """Import the check modules (registering their checks). A module not written yet is skipped."""
+    """Import the check modules (registering their checks). A module that cannot be imported is an
+    error: a preflight that silently ran fewer checks would pass a start it should refuse."""
     for module in modules:
         try:
             importlib.import_module(module)
-        except ModuleNotFoundError as err:
-            if err.name != module:
-                raise
-            log.debug("preflight: check module %s not present", module)
+        except ImportError as err:
+            raise StationError(
+                f"the preflight check module {module} cannot be imported ({err}): a broken installation"
+            ) from err
     return REGISTRY
 
 

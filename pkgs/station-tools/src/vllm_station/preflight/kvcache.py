@@ -12,15 +12,22 @@ The formula (docs/preflight.md has the derivation)::
 
 Geometry comes from the checkpoint's config.json when the model directory has one; otherwise from a
 built-in profile (GLM-5.3-Flash). Weights come from the checkpoint's *.safetensors sizes when present.
+
+The KV dtype: an explicit `kvCacheDtype` wins; `auto` (or null) means what vLLM does — the checkpoint's
+own KV quantization (`kv_cache_quant_algo` in config.json's `quantization_config`, or in
+hf_quant_config.json's `quantization`, as ModelOpt/NVFP4 checkpoints write it: "FP8" → 1 byte), else the
+model dtype (bf16, 2 bytes). The GLM-5.3-Flash recipe gets its fp8 KV cache this way, with no flag.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from vllm_station.checkpoint.files import load_json
+from vllm_station.checkpoint.layout import CONFIG_NAME, read_kv_cache_quant
 
 GB = 10**9
 GiB = 1024**3
@@ -38,6 +45,9 @@ DTYPE_BYTES: dict[str, int] = {
     "half": 2,
     "float32": 4,
 }
+
+# a checkpoint's kv_cache_quant_algo → the vLLM KV dtype it gives
+KV_QUANT_DTYPES: dict[str, str] = {"FP8": "fp8"}
 
 
 @dataclass(frozen=True)
@@ -61,6 +71,7 @@ class ModelProfile:
     weights_bytes: int
     gpu_memory_bytes: int  # the station's GPU memory when NVML cannot say
     overhead_bytes: int
+    kv_cache_dtype: str | None = None  # what the model's checkpoint configures for `auto`
 
 
 # vLLM's non-KV runtime memory (activation peak of chunked prefill, CUDA graphs, NCCL, allocator
@@ -79,6 +90,8 @@ GLM53_FLASH = ModelProfile(
     weights_bytes=191 * GB,
     gpu_memory_bytes=252 * GB,
     overhead_bytes=DEFAULT_OVERHEAD_BYTES,
+    # The recipe: the fp8 KV cache comes from the checkpoint's configuration (kv_cache_quant_algo FP8).
+    kv_cache_dtype="fp8",
 )
 
 PROFILES: tuple[ModelProfile, ...] = (GLM53_FLASH,)
@@ -126,18 +139,74 @@ def geometry_from_config(config: dict[str, Any], source: str) -> KvGeometry:
     return KvGeometry("GQA", layers, 2 * kv_heads * head_dim, source)
 
 
-def read_geometry(model_dir: Path) -> KvGeometry | None:
-    """Geometry from `<model_dir>/config.json`; None when there is no such file."""
-    path = model_dir / "config.json"
+def _read_config(model_dir: Path) -> dict[str, Any] | None:
+    path = model_dir / CONFIG_NAME
     if not path.is_file():
         return None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
+        data = load_json(path)
+    except ValueError as err:
         raise GeometryError(f"{path}: not readable JSON ({err})") from err
     if not isinstance(data, dict):
         raise GeometryError(f"{path}: not a JSON object")
-    return geometry_from_config(data, str(path))
+    return data
+
+
+def read_geometry(model_dir: Path) -> KvGeometry | None:
+    """Geometry from `<model_dir>/config.json`; None when there is no such file."""
+    data = _read_config(model_dir)
+    return geometry_from_config(data, str(model_dir / CONFIG_NAME)) if data is not None else None
+
+
+def read_max_context(model_dir: Path) -> int | None:
+    """The model's context length (`max_position_embeddings`, text_config when nested); None if unknown."""
+    data = _read_config(model_dir)
+    if data is None:
+        return None
+    cfg = data.get("text_config") if isinstance(data.get("text_config"), dict) else data
+    value = cfg.get("max_position_embeddings") if isinstance(cfg, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+@dataclass(frozen=True)
+class KvDtype:
+    dtype: str  # a DTYPE_BYTES key
+    source: str  # where it came from, for the check's message
+
+
+class KvDtypeError(ValueError):
+    pass
+
+
+def resolve_kv_dtype(configured: str, model_dir: Path | None, profile: ModelProfile | None) -> KvDtype:
+    """The KV dtype vLLM will use: an explicit setting, else the checkpoint's kv_cache_quant_algo, else
+    the profile's, else the model dtype. Raises KvDtypeError for a quantization this estimate cannot size."""
+    if configured != "auto":
+        return KvDtype(configured, f"kvCacheDtype {configured}")
+    if model_dir is not None and model_dir.is_dir():
+        try:
+            quant = read_kv_cache_quant(model_dir)
+        except ValueError as err:
+            raise KvDtypeError(
+                f"kvCacheDtype auto: cannot read the checkpoint's configuration: {err}"
+            ) from err
+        if quant.algo is not None:
+            dtype = KV_QUANT_DTYPES.get(quant.algo.upper())
+            if dtype is None:
+                raise KvDtypeError(
+                    f"kvCacheDtype auto: the checkpoint's KV-cache quantization {quant.algo!r} "
+                    f"({quant.source}) cannot be sized here (known: {', '.join(KV_QUANT_DTYPES)})"
+                )
+            return KvDtype(dtype, f"the checkpoint: {quant.source} {quant.algo}")
+        if (model_dir / CONFIG_NAME).is_file():
+            return KvDtype(
+                "auto", f"kvCacheDtype auto and the checkpoint names no KV quantization ({quant.source})"
+            )
+    if profile is not None and profile.kv_cache_dtype is not None:
+        return KvDtype(
+            profile.kv_cache_dtype, f"assumed: {profile.name} (its checkpoint's kv_cache_quant_algo)"
+        )
+    return KvDtype("auto", "kvCacheDtype auto: the model dtype")
 
 
 def weights_bytes(model_dir: Path) -> int | None:

@@ -30,7 +30,7 @@ from urllib.parse import urlparse
 
 import httpx
 
-from vllm_station.preflight.checks import STAMP_NAME, read_stamp
+from vllm_station.checkpoint.stamp import STAMP_NAME, Stamp, StampError, StampMissing, read_stamp
 from vllm_station.preflight.core import CheckResult, Context, PairConfig, SkipCheck, Status, check
 
 EXPECTED_MTU = 9000
@@ -557,7 +557,7 @@ class PeerUnreachable(ValueError):
     """The peer's stamp publisher did not answer at all (refused, timeout, no route)."""
 
 
-def fetch_peer_stamp(ctx: Context, source: str, timeout: float = PEER_STAMP_TIMEOUT_S) -> dict[str, Any]:
+def fetch_peer_stamp(ctx: Context, source: str, timeout: float = PEER_STAMP_TIMEOUT_S) -> Stamp:
     """The peer's verify stamp from an http(s) URL, a file:// URL or a path. ValueError names the problem."""
     parsed = urlparse(source)
     if parsed.scheme in ("http", "https"):
@@ -582,27 +582,27 @@ def fetch_peer_stamp(ctx: Context, source: str, timeout: float = PEER_STAMP_TIME
         path = ctx.host_path(source)
     else:
         raise ValueError(f"unsupported peerStampUrl scheme {parsed.scheme!r} (http, https, file or a path)")
-    if path.is_dir():
-        path = path / STAMP_NAME
     try:
         return read_stamp(path)
-    except FileNotFoundError as err:
-        raise ValueError(f"{path} does not exist") from err
-    except (OSError, json.JSONDecodeError) as err:
-        raise ValueError(f"{path} unreadable: {err}") from err
+    except StampMissing as err:
+        raise ValueError(f"{err.path} does not exist") from err
+    except StampError as err:
+        raise ValueError(f"{err.path} unreadable: {err.problem}") from err
 
 
-def _check_stamp(data: Any, where: str) -> dict[str, Any]:
-    if not isinstance(data, dict) or data.get("version") != 1 or not isinstance(data.get("files"), list):
-        raise ValueError(f"{where} is not a version-1 verify stamp")
-    return data
+def _check_stamp(data: Any, where: str) -> Stamp:
+    try:
+        return Stamp.from_json(data, where)
+    except StampError as err:
+        raise ValueError(f"{where} is not a version-1 verify stamp ({err.problem})") from err
 
 
-def _file_sizes(stamp: dict[str, Any]) -> dict[str, Any]:
+def _stamp_summary(stamp: Stamp) -> dict[str, Any]:
     return {
-        e["path"]: e.get("size")
-        for e in stamp["files"]
-        if isinstance(e, dict) and isinstance(e.get("path"), str)
+        "repo": stamp.repo,
+        "revision": stamp.revision,
+        "verified_at": stamp.verified_at,
+        "sha256_checked": stamp.sha256_checked,
     }
 
 
@@ -631,7 +631,7 @@ def pair_revision(ctx: Context) -> CheckResult:
     local_path = ctx.host_path(cfg.model_dir) / STAMP_NAME
     try:
         local = read_stamp(local_path)
-    except FileNotFoundError:
+    except StampMissing:
         return CheckResult(
             "pair-revision",
             Status.FAIL,
@@ -639,11 +639,11 @@ def pair_revision(ctx: Context) -> CheckResult:
             threshold,
             f"run `station verify {cfg.model_dir}` on this station",
         )
-    except (OSError, ValueError) as err:
+    except StampError as err:
         return CheckResult(
             "pair-revision",
             Status.FAIL,
-            f"local stamp {local_path} unreadable: {err}",
+            f"local stamp {err.path} unreadable: {err.problem}",
             threshold,
             f"run `station verify {cfg.model_dir}` again",
         )
@@ -679,8 +679,8 @@ def pair_revision(ctx: Context) -> CheckResult:
             {"peer_stamp_url": pair.peer_stamp_url},
         )
     details: dict[str, Any] = {
-        "local": {k: local.get(k) for k in ("repo", "revision", "verified_at", "sha256_checked")},
-        "peer": {k: peer.get(k) for k in ("repo", "revision", "verified_at", "sha256_checked")},
+        "local": _stamp_summary(local),
+        "peer": _stamp_summary(peer),
         "peer_stamp_url": pair.peer_stamp_url,
     }
     resync = (
@@ -688,16 +688,16 @@ def pair_revision(ctx: Context) -> CheckResult:
         "(`station numa-exec --membind 0 -- rsync -a --delete A:DIR/ DIR/`), "
         "then `station verify DIR` on the station that changed"
     )
-    if local.get("repo") != peer.get("repo"):
+    if local.repo != peer.repo:
         return CheckResult(
             "pair-revision",
             Status.FAIL,
-            f"different models: here {local.get('repo')}, peer {peer.get('repo')}",
+            f"different models: here {local.repo}, peer {peer.repo}",
             threshold,
             resync,
             details,
         )
-    lrev, prev = local.get("revision"), peer.get("revision")
+    lrev, prev = local.revision, peer.revision
     if lrev != prev:
         return CheckResult(
             "pair-revision",
@@ -717,7 +717,7 @@ def pair_revision(ctx: Context) -> CheckResult:
             f"download revision {cfg.revision} on station A, sync it to B, verify both",
             details,
         )
-    lfiles, pfiles = _file_sizes(local), _file_sizes(peer)
+    lfiles, pfiles = local.file_sizes(), peer.file_sizes()
     only_here = sorted(set(lfiles) - set(pfiles))
     only_peer = sorted(set(pfiles) - set(lfiles))
     sizes = sorted(p for p in set(lfiles) & set(pfiles) if lfiles[p] != pfiles[p])
@@ -738,7 +738,7 @@ def pair_revision(ctx: Context) -> CheckResult:
             resync,
             details,
         )
-    figure = f"both stations verified {local.get('repo')}@{_short(lrev)}, {len(lfiles)} files, same sizes"
+    figure = f"both stations verified {local.repo}@{_short(lrev)}, {len(lfiles)} files, same sizes"
     if lrev is None:
         return CheckResult(
             "pair-revision",
