@@ -1,0 +1,76 @@
+"""Tier `nix_nixos`: each contract between the Nix modules and the `station` tools, pinned by feeding
+what Nix renders through the Python reader (a key renamed on one side fails here, not on a station).
+
+- /etc/vllm-station/preflight.json of every example → `PreflightConfig` (strict: every key required,
+  unknown keys refused);
+- the stamp's file name: modules/lib/contract.nix ↔ `vllm_station.checkpoint.STAMP_NAME`;
+- the preflight config's path: the contract ↔ the path the modules pass to `station preflight`.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from typing import Any
+
+import pytest
+from nixenv import REPO, eval_json, require_nix, require_tree
+
+from vllm_station.checkpoint import STAMP_NAME
+from vllm_station.preflight.core import PreflightConfig
+
+pytestmark = pytest.mark.nix_nixos
+EXAMPLES = ["flash-station", "cpu-station", "station-a", "station-b"]
+
+
+@functools.cache
+def _rendered() -> dict[str, Any]:
+    require_nix()
+    require_tree("NIXOS_TREE", "nixos/lib/eval-config.nix", "the Nix ↔ Python contracts")
+    out: dict[str, Any] = eval_json(
+        [str(REPO / "checks" / "nixos" / "contracts.nix"), "--argstr", "nixosTree", os.environ.get("NIXOS_TREE", "")],
+        timeout=900,
+    )
+    return out
+
+
+def test_stamp_name_is_one_name_on_both_sides() -> None:
+    assert _rendered()["stampName"] == STAMP_NAME
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_rendered_preflight_config_loads_strictly(example: str) -> None:
+    data = json.loads(_rendered()["examples"][example]["preflightJson"])
+    config = PreflightConfig.from_mapping(data)  # raises on an unknown or missing key
+    assert config.model == data["model"]
+    assert config.gpu_node == data["gpuNode"] == 1
+    if example.startswith("station-"):
+        assert config.pair is not None and config.pair.role == ("head" if example == "station-a" else "worker")
+        assert config.revision == data["revision"] and config.revision is not None
+        assert config.pair.peer_stamp_url and config.pair.peer_stamp_url.endswith("/stamp")
+    else:
+        assert config.pair is None
+
+
+def test_a_renamed_key_is_refused() -> None:
+    """The failure this contract exists for: Nix renames a key, Python must not fall back to a default."""
+    data = json.loads(_rendered()["examples"]["flash-station"]["preflightJson"])
+    data["maxModelLength"] = data.pop("maxModelLen")
+    with pytest.raises(Exception, match="maxModelLength"):
+        PreflightConfig.from_mapping(data)
+
+
+def test_pair_env_carries_the_recipe_variables() -> None:
+    for example, rank in (("station-a", "0"), ("station-b", "1")):
+        text = _rendered()["examples"][example]["pairEnv"]
+        env = dict(line.split("=", 1) for line in text.splitlines() if line)
+        assert {"RANK", "HEAD_IP", "WORKER_IP", "RAIL_IFACE", "RAIL_HCA"} <= set(env), env
+        assert env["RANK"] == rank
+    assert _rendered()["examples"]["flash-station"]["pairEnv"] is None
+
+
+def test_the_modules_pass_the_contract_path_to_preflight() -> None:
+    serve = (REPO / "modules" / "serve.nix").read_text()
+    assert "contract.preflightConfig" in serve
+    assert _rendered()["preflightConfig"] == "/etc/vllm-station/preflight.json"
