@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 from nixenv import REPO, eval_json, require_nix, require_tree
-
 from vllm_station.checkpoint import STAMP_NAME
 from vllm_station.preflight.core import PreflightConfig
 

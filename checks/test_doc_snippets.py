@@ -22,7 +22,7 @@ import pytest
 from nixenv import REPO, eval_json, require_nix, require_tree
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
-BLOCK = re.compile(r"^```nix\n(.*?)^```", re.M | re.S)
+BLOCK = re.compile(r"^```nix\n(.*?)^```", re.MULTILINE | re.DOTALL)
 PLACEHOLDERS = {"<the digest you tested>": "a" * 64, "<40-hex commit>": "0123456789abcdef" * 2 + "01234567"}
 pytestmark = pytest.mark.nix_nixos
 

@@ -195,7 +195,7 @@ def test_unverified_model_is_refused_by_the_stamp_gate(
     )
     journal = m.journal(SERVE)
     assert (
-        f"records revision {other}, the configuration declares {FLASH_REVISION}"
+        f"the checkpoint in {MODEL_DIR} is revision {other}, expected {FLASH_REVISION}"
         in journal
     )
     _reset(st)

@@ -41,7 +41,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "nccl-check": ("nccl", "classify the NCCL transport (GPUDirect RDMA / IB / socket) from logs"),
     "gate": ("gate", "start gates of the serving unit: a verified checkpoint stamp"),
     "pair": ("pair.cli", "two-station ordering: wait for the worker, let the head stop first, the beacon"),
-    "exec": ("secret_env", "run a command with secrets read from files in its environment (the unit's API key)"),
+    "exec": ("secret_env", "run a command with secrets from files in its environment (the unit's API key)"),
 }
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from vllm_station.errors import EXIT_FAIL, EXIT_OK, StationError, UsageError
 from vllm_station.host import container as rt
 from vllm_station.host.sysfs import (
+    CDMM_MESSAGE,
     HostReadError,
     NodeNotFound,
     memory_only_nodes,
@@ -34,7 +35,6 @@ from vllm_station.host.sysfs import (
     numa_layout,
 )
 
-CDMM_MESSAGE = "CDMM: GPU memory is not a NUMA node; the page-cache trap cannot occur"
 GiB = 1024**3
 POLL_S = 0.1
 

@@ -65,7 +65,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--interval", type=float, default=5.0, help="seconds between probes and progress lines (5)"
     )
     parser.add_argument(
-        "--api-key-file", help="file holding the API key (default: $STATION_API_KEY, else $OPENAI_API_KEY, else none)"
+        "--api-key-file",
+        help="file holding the API key (default: $STATION_API_KEY, else $OPENAI_API_KEY, else none)",
     )
     parser.add_argument(
         "--watch-pid",

@@ -12,6 +12,10 @@ from pathlib import Path
 
 from vllm_station.errors import StationError
 
+# Said by prestart and preflight when the GPU's memory is no NUMA node (CDMM driver mode, or a
+# discrete GPU): instead of passing quietly, both outputs name why the page-cache gate has nothing to do.
+CDMM_MESSAGE = "CDMM: GPU memory is not a NUMA node; the page-cache trap cannot occur"
+
 NODE_DIR = "sys/devices/system/node"
 _MEMINFO_LINE = re.compile(r"^(?:Node\s+\d+\s+)?([A-Za-z0-9_()]+):\s+(\d+)(?:\s+(kB))?\s*$")
 

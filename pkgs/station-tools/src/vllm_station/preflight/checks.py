@@ -23,7 +23,6 @@ PAGE_CACHE_FIX = (
     "I/O (downloads, copies, rsync, backups) to node 0: `station numa-exec --membind 0 -- …`"
 )
 # said out loud whenever GPU memory is not a NUMA node (`station prestart` says the same words)
-CDMM_MESSAGE = "CDMM: GPU memory is not a NUMA node; the page-cache trap cannot occur"
 # minimum free space (GiB) per path kind; override with config "diskMinFreeGiB": {"model": …, …}
 DISK_MIN_FREE_GIB = {"model": 10.0, "state": 10.0, "cache": 20.0, "logs": 1.0}
 # GPU memory held with no process visible above this is reported
@@ -127,7 +126,7 @@ def numa(ctx: Context) -> CheckResult:
     return CheckResult(
         "numa",
         Status.PASS,
-        f"{len(layout)} node(s): {nodes_text}; no memory-only node — {CDMM_MESSAGE} "
+        f"{len(layout)} node(s): {nodes_text}; no memory-only node — {sysfs.CDMM_MESSAGE} "
         "(discrete GPU or CDMM driver mode)",
         threshold=f"gpuNode {node} has memory and no CPUs (when present)",
         details=details,
@@ -158,7 +157,7 @@ def page_cache(ctx: Context) -> CheckResult:
         return CheckResult(
             "page-cache",
             Status.PASS,
-            f"{CDMM_MESSAGE} ({cdmm})",
+            f"{sysfs.CDMM_MESSAGE} ({cdmm})",
             threshold=threshold,
             details={"node": node, "cdmm": True, "reason": cdmm},
         )
@@ -168,7 +167,7 @@ def page_cache(ctx: Context) -> CheckResult:
         return CheckResult(
             "page-cache",
             Status.PASS,
-            f"{CDMM_MESSAGE} ({err.problem})",
+            f"{sysfs.CDMM_MESSAGE} ({err.problem})",
             threshold=threshold,
             details={"node": node, "cdmm": True, "reason": err.problem},
         )
