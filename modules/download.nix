@@ -233,6 +233,13 @@ let
         station
         "verify"
         m.dir
+        # What the copy is, recorded in its stamp: the serving unit's gate compares the revision.
+        "--repo"
+        m.model
+      ]
+      ++ lib.optionals (m.revision != null) [
+        "--revision"
+        m.revision
       ]
       ++ expectations
     else

@@ -266,6 +266,10 @@ let
               [
                 "verify"
                 dir
+                "--repo"
+                "nvidia/GLM-5.3-NVFP4"
+                "--revision"
+                rev
               ]
           )
           ++ [

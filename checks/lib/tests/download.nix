@@ -176,10 +176,14 @@ in
     services.vllm-station.download.expectations."nvidia/GLM-5.3-NVFP4".shards = 50;
   }) (
     config:
-    h.eq "ExecStart" (h.argv (dsc config).ExecStart) [
+    h.eq "ExecStart: the stamp records what the copy is" (h.argv (dsc config).ExecStart) [
       station
       "verify"
       dir
+      "--repo"
+      "nvidia/GLM-5.3-NVFP4"
+      "--revision"
+      rev
       "--expect-shards"
       "50"
     ]
