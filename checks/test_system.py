@@ -189,7 +189,16 @@ def test_unverified_model_is_refused_by_the_stamp_gate(
     m.systemctl("reset-failed", DOWNLOAD, check=False)
     # a stamp for another revision: the download is skipped (its condition), the gate refuses, naming both
     other = "0" * 40
-    m.write(STAMP, json.dumps({"revision": other}))
+    m.write(
+        STAMP,
+        json.dumps(
+            {
+                "version": 1, "repo": "nvidia/GLM-5.3-Flash-NVFP4", "revision": other,
+                "verified_at": "2026-11-30T00:00:00Z", "sha256_checked": False,
+                "architectures": ["GlmMoeDsaForCausalLM"], "quant_algo": None, "files": [],
+            }
+        ),
+    )  # fmt: skip
     assert (
         m.run(["systemctl", "start", SERVE], check=False, timeout=120).returncode != 0
     )
