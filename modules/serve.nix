@@ -396,6 +396,15 @@ let
     "StartupAllowedMemoryNodes"
   ];
 
+  # `serve.inputs.*`: internal options the other modules set.
+  input =
+    type: default: description:
+    mkOption {
+      inherit type default description;
+      internal = true;
+    };
+  record = fields: types.submodule { options = lib.mapAttrs (_: type: mkOption { inherit type; }) fields; };
+
   isSecretPath = path: path == null || (lib.hasPrefix "/" path && !lib.hasPrefix builtins.storeDir path);
 
   # Presets set option values under services.vllm-station with mkDefault. Walking the declared
@@ -741,72 +750,24 @@ in
     # module writes `systemd.services.vllm-station`; see the start sequence at the top of the file.
     inputs = {
       checkpoint = {
-        revision = mkOption {
-          type = types.nullOr types.str;
-          default = null;
-          internal = true;
-          description = "Revision the local checkpoint's stamp must record (download.nix).";
-        };
-        units = mkOption {
-          type = types.listOf types.str;
-          default = [ ];
-          internal = true;
-          description = "Units that download/verify the served checkpoint: wanted, ordered before, named in the gate's fix (download.nix).";
-        };
+        revision = input (types.nullOr types.str) null "Revision the local checkpoint's stamp must record (download.nix).";
+        units = input (types.listOf types.str) [ ] "Units that download/verify the served checkpoint: wanted, ordered before, named in the gate's fix (download.nix).";
       };
-      waitForWorker = mkOption {
-        type = types.nullOr (
-          types.submodule {
-            options = {
-              url = mkOption { type = types.str; };
-              address = mkOption { type = types.str; };
-              timeout = mkOption { type = types.ints.positive; };
-              interval = mkOption { type = types.ints.positive; };
-            };
-          }
-        );
-        default = null;
-        internal = true;
-        description = "Step 2: the worker's beacon to wait for before starting (pair.nix, head only).";
-      };
-      ncclCheck = mkOption {
-        type = types.nullOr (
-          types.submodule {
-            options = {
-              waitSeconds = mkOption { type = types.ints.positive; };
-              requireGdr = mkOption { type = types.bool; };
-              pendingOk = mkOption { type = types.bool; };
-            };
-          }
-        );
-        default = null;
-        internal = true;
-        description = "Step 6: the NCCL transport gate after wait-ready (pair.nix, head only).";
-      };
-      unlimitedMemlock = mkOption {
-        type = types.bool;
-        default = false;
-        internal = true;
-        description = "`LimitMEMLOCK=infinity` on the unit and `--ulimit=memlock=-1:-1` on its container (host.nix, pair.nix).";
-      };
-      environmentFiles = mkOption {
-        type = types.listOf types.str;
-        default = [ ];
-        internal = true;
-        description = "`EnvironmentFile=` of the unit and `--env-file` of its container (pair.nix: pair.env).";
-      };
-      devices = mkOption {
-        type = types.listOf types.str;
-        default = [ ];
-        internal = true;
-        description = "Device nodes for the container (`--device`), after `gpuDevices` (pair.nix: RDMA).";
-      };
-      restartTriggers = mkOption {
-        type = types.listOf types.str;
-        default = [ ];
-        internal = true;
-        description = "Contents whose change restarts the unit on switch (pair.nix: pair.env).";
-      };
+      waitForWorker = input (types.nullOr (record {
+        url = types.str;
+        address = types.str;
+        timeout = types.ints.positive;
+        interval = types.ints.positive;
+      })) null "Step 2: the worker's beacon to wait for before starting (pair.nix, head only).";
+      ncclCheck = input (types.nullOr (record {
+        waitSeconds = types.ints.positive;
+        requireGdr = types.bool;
+        pendingOk = types.bool;
+      })) null "Step 6: the NCCL transport gate after wait-ready (pair.nix, head only).";
+      unlimitedMemlock = input types.bool false "`LimitMEMLOCK=infinity` on the unit and `--ulimit=memlock=-1:-1` on its container (host.nix, pair.nix).";
+      environmentFiles = input (types.listOf types.str) [ ] "`EnvironmentFile=` of the unit and `--env-file` of its container (pair.nix: pair.env).";
+      devices = input (types.listOf types.str) [ ] "Device nodes for the container (`--device`), after `gpuDevices` (pair.nix: RDMA).";
+      restartTriggers = input (types.listOf types.str) [ ] "Contents whose change restarts the unit on switch (pair.nix: pair.env).";
     };
 
     vllmArgs = mkOption {

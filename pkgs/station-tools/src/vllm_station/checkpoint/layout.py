@@ -25,24 +25,16 @@ class KvCacheQuant:
 def read_kv_cache_quant(directory: Path) -> KvCacheQuant:
     """`config.json` → `quantization_config.kv_cache_quant_algo`, else `hf_quant_config.json` →
     `quantization.kv_cache_quant_algo`. Raises ValueError naming a file that is there but unreadable."""
-    config_path = directory / CONFIG_NAME
-    if config_path.is_file():
+    # (file, the object in it that holds kv_cache_quant_algo), in order of precedence
+    for name, section in ((CONFIG_NAME, "quantization_config"), (QUANT_CONFIG_NAME, "quantization")):
+        path = directory / name
+        if not path.is_file():
+            continue
         try:
-            config = load_json(config_path)
+            data = load_json(path)
         except ValueError as exc:
-            raise ValueError(f"{config_path}: {exc}") from exc
-        qc = config.get("quantization_config") if isinstance(config, dict) else None
-        if isinstance(qc, dict) and isinstance(qc.get("kv_cache_quant_algo"), str):
-            source = f"{CONFIG_NAME} quantization_config.kv_cache_quant_algo"
-            return KvCacheQuant(qc["kv_cache_quant_algo"], source)
-    quant_path = directory / QUANT_CONFIG_NAME
-    if quant_path.is_file():
-        try:
-            hq = load_json(quant_path)
-        except ValueError as exc:
-            raise ValueError(f"{quant_path}: {exc}") from exc
-        q = hq.get("quantization") if isinstance(hq, dict) else None
-        if isinstance(q, dict) and isinstance(q.get("kv_cache_quant_algo"), str):
-            source = f"{QUANT_CONFIG_NAME} quantization.kv_cache_quant_algo"
-            return KvCacheQuant(q["kv_cache_quant_algo"], source)
+            raise ValueError(f"{path}: {exc}") from exc
+        block = data.get(section) if isinstance(data, dict) else None
+        if isinstance(block, dict) and isinstance(block.get("kv_cache_quant_algo"), str):
+            return KvCacheQuant(block["kv_cache_quant_algo"], f"{name} {section}.kv_cache_quant_algo")
     return KvCacheQuant(None, f"no kv_cache_quant_algo in {CONFIG_NAME} or {QUANT_CONFIG_NAME}")
