@@ -42,6 +42,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "gate": ("gate", "start gates of the serving unit: a verified checkpoint stamp"),
     "pair": ("pair.cli", "two-station ordering: wait for the worker, let the head stop first, the beacon"),
     "exec": ("secret_env", "run a command with secrets from files in its environment (the unit's API key)"),
+    "weights-check": ("weights", "after a start: weight memory per rank (vLLM log) vs the expected share"),
+    "copy": ("copy", "pull a verified checkpoint from the other station (rsync, NUMA node 0), verify it"),
 }
 
 
