@@ -13,6 +13,7 @@
 {
   config,
   lib,
+  pkgs,
   utils,
   ...
 }:
@@ -140,6 +141,18 @@ let
           '';
         };
 
+        copyFrom = mkOption {
+          type = types.nullOr types.str;
+          default = null;
+          example = "rsync://192.168.100.1:8730/glm53";
+          description = ''
+            Copy the checkpoint from the other station instead of the hub: `station copy` pulls the
+            head's share (`services.vllm-station.pair.checkpointShare`, an rsync module) over the rail,
+            bound to {option}`numaNodes`, refuses a source whose stamp is missing or names another
+            {option}`revision`, resumes an interrupted copy, then verifies locally and stamps.
+          '';
+        };
+
         verifyOnly = mkOption {
           type = types.bool;
           default = false;
@@ -228,7 +241,22 @@ let
         ]
         ++ lib.optional m.sha256 "--sha256";
     in
-    if m.verifyOnly then
+    if m.copyFrom != null then
+      [
+        station
+        "copy"
+        m.copyFrom
+        "--dir"
+        m.dir
+        "--revision"
+        (toString m.revision)
+        "--repo"
+        m.model
+        "--membind"
+        (nodeList m)
+      ]
+      ++ expectations
+    else if m.verifyOnly then
       [
         station
         "verify"
@@ -263,6 +291,7 @@ let
       ++ expectations;
 
   nodeList = m: lib.concatMapStringsSep "," toString m.numaNodes;
+  fromHub = m: !m.verifyOnly && m.copyFrom == null;
 
   station = lib.getExe' top.package "station";
 
@@ -270,12 +299,21 @@ let
   execStartFor =
     m:
     utils.escapeSystemdExecArgs (commandFor m)
-    + lib.optionalString (m.tokenFile != null && !m.verifyOnly) " --token-file %d/hf-token";
+    + lib.optionalString (fromHub m && m.tokenFile != null) " --token-file %d/hf-token";
 
   unitFor = name: m: {
-    description = "vllm-station: ${if m.verifyOnly then "verify" else "download and verify"} ${m.model} (${name})";
+    description = "vllm-station: ${
+      if m.copyFrom != null then
+        "copy from ${m.copyFrom} and verify"
+      else if m.verifyOnly then
+        "verify"
+      else
+        "download and verify"
+    } ${m.model} (${name})";
     wants = lib.optional (!m.verifyOnly) "network-online.target";
     after = lib.optional (!m.verifyOnly) "network-online.target";
+    # `station copy` runs rsync (the unit's PATH holds coreutils, findutils, grep, sed and systemd).
+    path = lib.optional (m.copyFrom != null) pkgs.rsync;
     # Bounded retries: a flaky link gets `retries` tries an hour, then the unit stays failed.
     startLimitBurst = cfg.retries;
     startLimitIntervalSec = 3600;
@@ -296,7 +334,7 @@ let
       Group = cfg.group;
       CacheDirectory = "vllm-station-download"; # its own: see the header on shared directories
       ReadWritePaths = [ m.dir ];
-      LoadCredential = lib.optional (m.tokenFile != null && !m.verifyOnly) "hf-token:${m.tokenFile}";
+      LoadCredential = lib.optional (fromHub m && m.tokenFile != null) "hf-token:${m.tokenFile}";
 
       # systemd binds the process before exec, so every page it touches (page cache included) is
       # allocated on these nodes: node 0's LPDDR on a GB300, never node 1's HBM. (set_mempolicy/mbind,
@@ -442,6 +480,10 @@ in
         ++ lib.mapAttrsToList (name: m: {
           assertion = lib.hasPrefix "/" m.dir;
           message = "services.vllm-station.download.models.${name}.dir: \"${m.dir}\" must be an absolute path.";
+        }) enabledModels
+        ++ lib.mapAttrsToList (name: m: {
+          assertion = m.copyFrom == null || (!m.verifyOnly && m.revision != null && builtins.match "rsync://[^/]+/[^/]+/?" m.copyFrom != null);
+          message = "services.vllm-station.download.models.${name}.copyFrom: \"${toString m.copyFrom}\" needs the form rsync://HOST:PORT/MODULE, a pinned `revision` (the source's stamp must record it) and no `verifyOnly`.";
         }) enabledModels
         ++ lib.mapAttrsToList (name: m: {
           assertion = isSecretPath m.tokenFile;

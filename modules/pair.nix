@@ -28,6 +28,7 @@
 {
   config,
   lib,
+  pkgs,
   utils,
   ...
 }:
@@ -108,8 +109,33 @@ let
     "${contract.unit}.service"
   ];
 
+  # Station A shares its verified checkpoint read-only with B's copy unit (`station copy`), an rsync
+  # module named after the checkpoint's directory. A config file, not a program.
+  sharing = isHead && cfg.checkpointShare.enable && servesLocalModel;
+  shareModule = baseNameOf serve.model;
+  shareConfig = ''
+    # vllm-station: this station's verified checkpoint, read-only, for the worker's copy unit
+    use chroot = no
+    read only = yes
+    list = no
+    max connections = 2
+    hosts allow = ${workerAddress}
+    hosts deny = *
+    [${shareModule}]
+    path = ${toString serve.model}
+    comment = vllm-station checkpoint (${cfg.role})
+  '';
+  shareArgs = [
+    (lib.getExe pkgs.rsync)
+    "--daemon"
+    "--no-detach"
+    "--config=${contract.shareConfig}"
+    "--address=${headAddress}"
+    "--port=${toString cfg.checkpointShare.port}"
+  ];
+
   # Firewall: the peer's rail address, on the rail interface, to these TCP ports only.
-  tcpPorts = lib.optional isHead cfg.masterPort ++ [ cfg.beaconPort ];
+  tcpPorts = lib.optional isHead cfg.masterPort ++ [ cfg.beaconPort ] ++ lib.optional sharing cfg.checkpointShare.port;
   range = cfg.firewall.portRange;
   iptablesRules =
     let
@@ -312,6 +338,25 @@ in
       };
     };
 
+    checkpointShare = {
+      enable = mkOption {
+        type = types.bool;
+        default = true;
+        description = ''
+          On the head: `${contract.shareUnit}`, an rsync daemon on the head's rail address that shares
+          the served checkpoint directory read-only with the worker's address only (module = the
+          directory's name, e.g. `glm53`), bound to NUMA node 0 like every bulk read. The worker's
+          download entry pulls from it: `copyFrom = "rsync://<headAddress>:<port>/glm53"` runs
+          `station copy`, which refuses a source without a verification stamp at the pinned revision.
+        '';
+      };
+      port = mkOption {
+        type = types.port;
+        default = 8730;
+        description = "TCP port of the checkpoint share (opened to the worker's rail address only).";
+      };
+    };
+
     firewall = {
       enable = mkOption {
         type = types.bool;
@@ -459,6 +504,27 @@ in
         TimeoutStopSec = cfg.headStopWaitSeconds + 30;
         Restart = "on-failure";
         RestartSec = 5;
+      };
+    };
+
+    environment.etc."${lib.removePrefix "/etc/" contract.shareConfig}" = mkIf sharing { text = shareConfig; };
+
+    systemd.services.${contract.shareUnit} = mkIf sharing {
+      description = "vllm-station: share the verified checkpoint ${toString serve.model} with the worker ${workerAddress} (rsync, read-only)";
+      wantedBy = [ "multi-user.target" ];
+      wants = [ "network-online.target" ];
+      after = [ "network-online.target" ];
+      restartTriggers = [ shareConfig ];
+      serviceConfig = hardening.base // {
+        Type = "exec";
+        DynamicUser = true;
+        ExecStart = utils.escapeSystemdExecArgs shareArgs;
+        # Reading 464 GB fills the page cache: keep it on node 0's LPDDR, never the GPU's HBM.
+        NUMAPolicy = "bind";
+        NUMAMask = lib.concatMapStringsSep "," toString top.download.numaNodes;
+        # the rail address may come up after the unit: try again
+        Restart = "on-failure";
+        RestartSec = 10;
       };
     };
 

@@ -43,6 +43,7 @@ let
   inputs = cfg.inputs;
   station = lib.getExe config.services.vllm-station.package;
   presets = import ./presets;
+  checkedWith = import ./presets/checked-with.nix;
   contract = import ./lib/contract.nix;
   hardening = import ./lib/hardening.nix;
 
@@ -323,8 +324,27 @@ let
     ++ [ ("+" + utils.escapeSystemdExecArgs prestartArgs) ]
     ++ optional cfg.preflight.enable ("+" + utils.escapeSystemdExecArgs preflightArgs);
 
+  # 7. Did each local rank load its share of the weights? (tensor parallelism applied; docs/weights-check.md)
+  weightsCheckCommand =
+    "+"
+    + utils.escapeSystemdExecArgs [
+      station
+      "weights-check"
+      "--unit"
+      "${name}.service"
+      "--checkpoint"
+      cfg.model
+      "--tensor-parallel-size"
+      (toString cfg.tensorParallelSize)
+      "--wait"
+      (toString cfg.weightsCheck.waitSeconds)
+    ];
+  weightsChecked = cfg.weightsCheck.enable && !cfg.headless && servesLocalModel;
+
   execStartPost =
-    optional (!cfg.headless) waitReadyCommand ++ optional (inputs.ncclCheck != null) ncclCheckCommand;
+    optional (!cfg.headless) waitReadyCommand
+    ++ optional (inputs.ncclCheck != null) ncclCheckCommand
+    ++ optional weightsChecked weightsCheckCommand;
 
   # ---- the sandbox: modules/lib/hardening.nix's base and the relaxations this unit needs ----
   sandbox =
@@ -648,6 +668,37 @@ in
       '';
     };
 
+    imageVllmVersion = mkOption {
+      type = types.nullOr types.str;
+      default = null;
+      example = "0.32.0";
+      description = ''
+        The vLLM version inside {option}`image`: declare it next to the digest, so the two travel
+        together. The presets' flags were checked against vLLM ${checkedWith} (the `vllm serve` argument
+        parser accepted them; `modules/presets/checked-with.nix`); another version warns, because a
+        renamed or removed flag would stop the server at start.
+      '';
+    };
+
+    weightsCheck = {
+      enable = mkOption {
+        type = types.bool;
+        default = cfg.tensorParallelSize > 1;
+        defaultText = literalExpression "tensorParallelSize > 1";
+        description = ''
+          After wait-ready: `station weights-check` reads each local rank's model-loading line from the
+          unit's journal and compares its weight memory with the checkpoint's size divided by
+          `tensorParallelSize`. A rank holding the whole model (tensor parallelism not applied) fails
+          the start. Local model directories only (the size comes from the verification stamp).
+        '';
+      };
+      waitSeconds = mkOption {
+        type = types.ints.positive;
+        default = 60;
+        description = "How long weights-check waits for the loading lines (counts against `startTimeout`).";
+      };
+    };
+
     startTimeout = mkOption {
       type = types.ints.between 120 86400;
       default = 900;
@@ -856,6 +907,9 @@ in
         ++ optional (
           !isContainer && (cfg.containerOptions != [ ] || cfg.containerCommand != [ ])
         ) "services.vllm-station.serve: `containerOptions`/`containerCommand` are ignored with backend \"native\"."
+        ++ optional (
+          isContainer && cfg.imageVllmVersion != null && cfg.imageVllmVersion != checkedWith
+        ) "services.vllm-station.serve: the image holds vLLM ${toString cfg.imageVllmVersion}, but the presets' flags were checked against vLLM ${checkedWith}; run the flag test against that version (scripts/check --only realvllm with it) before switching, or use an image of ${checkedWith}."
         ++ optional (
           cfg.model != null && !modelIsPath && cfg.allowHubDownload
         ) "services.vllm-station.serve: serving the hub id ${cfg.model} (allowHubDownload): vLLM downloads it inside the serving unit, not bound to NUMA node 0, so its page cache can fill the GPU's memory, and nothing verifies it. A download entry avoids both.";

@@ -27,16 +27,21 @@ in
       preflight.enable = true;
     };
 
-    # Station A downloads (bound to NUMA node 0) and verifies; station B verifies the copy rsync'd
-    # from A (`station numa-exec --membind 0 -- rsync …`). Same pinned revision on both.
+    # Station A downloads from the hub (bound to NUMA node 0), verifies and shares its copy read-only
+    # over the rail (pair.checkpointShare, on by default); station B's unit copies it from A (rsync,
+    # both ends bound to node 0), verifies locally and stamps. Same pinned revision on both.
     download = {
       enable = true;
       models.glm53 = {
         # model = "nvidia/GLM-5.3-NVFP4" comes from the preset.
         revision = "5f0c6e1d2b3a49788c7d6e5f4a3b2c1d0e9f8a7b";
-        tokenFile = "/run/secrets/hf-token";
-        verifyOnly = !isHead;
-      };
+      }
+      // (
+        if isHead then
+          { tokenFile = "/run/secrets/hf-token"; }
+        else
+          { copyFrom = "rsync://${headAddress}:8730/glm53"; }
+      );
     };
 
     pair = {

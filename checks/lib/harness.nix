@@ -75,6 +75,7 @@ let
   pkgs = {
     callPackage = _: _: throw "pkgs.callPackage is not available in the lib-only module tests";
     python3Packages.vllm = fake.vllm;
+    rsync = fakeDrv "rsync" "rsync";
   };
 
   stubModule = {

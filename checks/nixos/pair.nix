@@ -164,8 +164,19 @@ let
               "--interval"
               "5"
             ]
-            ++ eq "nccl-check requires GPUDirect RDMA" (lib.last (argv (lib.last (sv "ExecStartPost")))) "--require-gdr"
-            ++ eq "the head's gates after start: wait-ready, nccl-check" (
+            ++ eq "nccl-check requires GPUDirect RDMA" (lib.last (argv (builtins.elemAt (sv "ExecStartPost") 1))) "--require-gdr"
+            ++ eq "weights-check: half of ${dir} per rank" (lib.drop 1 (argv (lib.last (sv "ExecStartPost")))) [
+              "weights-check"
+              "--unit"
+              "vllm-station.service"
+              "--checkpoint"
+              dir
+              "--tensor-parallel-size"
+              "2"
+              "--wait"
+              "60"
+            ]
+            ++ eq "the head's gates after start: wait-ready, nccl-check, weights-check" (
               map (l: lib.take 2 (argv (lib.removeSuffix " \"--api-key-file\" \"/run/secrets/vllm-api-key\"" l))) (sv "ExecStartPost")
             ) [
               [
@@ -176,8 +187,12 @@ let
                 station
                 "nccl-check"
               ]
+              [
+                station
+                "weights-check"
+              ]
             ]
-            ++ ok "nccl-check privileged" (lib.hasPrefix "+" (lib.last (sv "ExecStartPost")))
+            ++ ok "nccl-check and weights-check privileged (journal)" (lib.all (lib.hasPrefix "+") (lib.tail (sv "ExecStartPost")))
             ++ eq "TimeoutStartSec (preset)" (sv "TimeoutStartSec") [ "1800" ]
           else
             eq "no readiness probe on the worker" (sv "ExecStartPost") [ ]
@@ -227,10 +242,9 @@ let
         eq "extraCommands rules" (lib.filter (l: lib.hasInfix "nixos-fw-accept" l) (lib.splitString "\n" fw.extraCommands)) (
           map (p: "iptables -w -A nixos-fw -i cx8r1 -s ${peer} -p tcp --dport ${p} -j nixos-fw-accept") (
             lib.optional isHead "29500"
-            ++ [
-              "29510"
-              "32768:60999"
-            ]
+            ++ [ "29510" ]
+            ++ lib.optional isHead "8730" # the checkpoint share
+            ++ [ "32768:60999" ]
           )
         )
         ++ eq "open to the world" fw.allowedTCPPorts (lib.optional isHead 8000)
@@ -264,12 +278,16 @@ let
               ]
             else
               [
-                "verify"
+                "copy"
+                "rsync://${headIp}:8730/glm53"
+                "--dir"
                 dir
-                "--repo"
-                "nvidia/GLM-5.3-NVFP4"
                 "--revision"
                 rev
+                "--repo"
+                "nvidia/GLM-5.3-NVFP4"
+                "--membind"
+                "0"
               ]
           )
           ++ [
@@ -313,6 +331,36 @@ let
         }
         ++ eq "preflight revision" json.revision rev
         ++ eq "preflight modelDir" json.modelDir dir;
+
+      # A shares its verified copy read-only with B only; B's download unit pulls it (station copy).
+      checkpoint-share =
+        if isHead then
+          let
+            share = sections (unitText config "vllm-station-checkpoint-share.service");
+            shv = values (share.Service or [ ]);
+            start' = argv (builtins.head (shv "ExecStart"));
+          in
+          eq "rsync daemon on the rail address" (lib.drop 1 start') [
+            "--daemon"
+            "--no-detach"
+            "--config=/etc/vllm-station/rsyncd.conf"
+            "--address=${headIp}"
+            "--port=8730"
+          ]
+          ++ ok "rsync from nixpkgs" (lib.hasSuffix "/bin/rsync" (builtins.head start'))
+          ++ eq "NUMA node 0" (shv "NUMAMask") [ "0" ]
+          ++ ok "module glm53, read only, worker only" (
+            lib.all (l: lib.hasInfix l config.environment.etc."vllm-station/rsyncd.conf".text) [
+              "[glm53]"
+              "read only = yes"
+              "hosts allow = ${workerIp}"
+            ]
+          )
+        else
+          eq "no share on the worker" (config.systemd.units ? "vllm-station-checkpoint-share.service") false
+          ++ ok "rsync on the copy unit's PATH" (
+            lib.any (l: lib.hasPrefix "PATH=" (lib.removePrefix "Environment=\"" l) && lib.hasInfix "-rsync-" l) (download.Service or [ ])
+          );
 
       rail-interface =
         eq "MTU" config.networking.interfaces.cx8r1.mtu 9000

@@ -54,6 +54,7 @@ PACKAGES: dict[str, Mapping] = {
     "podman": Debian("podman"),
     "iproute2": Debian("iproute2"),
     "numactl": Debian("numactl"),
+    "rsync": Debian("rsync"),
     "tzdata": Links((("share/zoneinfo", "/usr/share/zoneinfo"),)),
     "glibc-locales": Links(
         (("lib/locale/locale-archive", "/usr/lib/locale/locale-archive"),)

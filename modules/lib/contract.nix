@@ -23,4 +23,7 @@ rec {
   stampOf = dir: "${dir}/${stampName}";
 
   beaconUnit = "vllm-station-pair-beacon";
+  # Station A's verified checkpoint, read-only over the rail, for station B's copy unit (`station copy`).
+  shareUnit = "vllm-station-checkpoint-share";
+  shareConfig = "${etcDir}/rsyncd.conf";
 }

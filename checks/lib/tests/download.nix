@@ -309,6 +309,47 @@ in
     }
   ];
 
+  # ---- station B copies from station A (the head's checkpoint share) ----
+  copy-from-the-head = h.check (with' [ glm ] {
+    services.vllm-station.download.models.glm53.copyFrom = "rsync://192.168.100.1:8730/glm53";
+  }) (
+    config:
+    h.eq "ExecStart: station copy, pinned, bound to node 0" (h.argv (dsc config).ExecStart) [
+      station
+      "copy"
+      "rsync://192.168.100.1:8730/glm53"
+      "--dir"
+      dir
+      "--revision"
+      rev
+      "--repo"
+      "nvidia/GLM-5.3-NVFP4"
+      "--membind"
+      "0"
+    ]
+    ++ h.eq "NUMAPolicy" (dsc config).NUMAPolicy "bind"
+    ++ h.eq "rsync on the unit's PATH" (map (p: p.name) (unitOf config).path) [ "rsync" ]
+    ++ h.eq "no hub token for a copy" ((dsc config).LoadCredential or [ ]) [ ]
+    ++ h.ok "network first" (lib.elem "network-online.target" (unitOf config).after)
+  );
+
+  assert-copy-from-needs-revision = h.assertionFails [
+    {
+      services.vllm-station.download = {
+        enable = true;
+        models.x = {
+          model = "org/x";
+          copyFrom = "rsync://10.0.0.1:8730/x";
+          verifyOnly = true;
+        };
+      };
+    }
+  ] "needs the form rsync://HOST:PORT/MODULE, a pinned `revision`";
+
+  assert-copy-from-form = h.assertionFails [
+    (lib.recursiveUpdate glm { services.vllm-station.download.models.glm53.copyFrom = "10.0.0.1:/srv/glm53"; })
+  ] "needs the form rsync://HOST:PORT/MODULE";
+
   # A `./hf-token` path literal would be copied into the world-readable store.
   assert-token-file-in-store = h.assertionFails [
     (lib.recursiveUpdate glm { services.vllm-station.download.models.glm53.tokenFile = "/nix/store/abc-hf-token"; })

@@ -320,10 +320,26 @@ in
     let
       post = (sc config).ExecStartPost;
     in
-    h.eq "ExecStartPost count (wait-ready, nccl-check)" (lib.length post) 2
-    ++ h.ok "wait-ready first" (lib.hasInfix "wait-ready" (builtins.head post))
-    ++ h.ok "nccl-check privileged (+)" (lib.hasPrefix "+" (lib.last post))
-    ++ h.eq "nccl-check argv" (h.argv (lib.last post)) [
+    h.eq "ExecStartPost: wait-ready, nccl-check, weights-check" (map (l: builtins.elemAt (h.argv l) 1) post) [
+      "wait-ready"
+      "nccl-check"
+      "weights-check"
+    ]
+    ++ h.ok "nccl-check privileged (+)" (lib.hasPrefix "+" (builtins.elemAt post 1))
+    ++ h.eq "weights-check: half the checkpoint per rank" (h.argv (lib.last post)) [
+      stationExe
+      "weights-check"
+      "--unit"
+      "vllm-station.service"
+      "--checkpoint"
+      "/var/lib/vllm-station-models/glm53"
+      "--tensor-parallel-size"
+      "2"
+      "--wait"
+      "60"
+    ]
+    ++ h.ok "weights-check privileged (+): it reads the journal" (lib.hasPrefix "+" (lib.last post))
+    ++ h.eq "nccl-check argv" (h.argv (builtins.elemAt post 1)) [
       "${h.fake.station}/bin/station"
       "nccl-check"
       "--unit"
@@ -342,7 +358,7 @@ in
     };
   }) (
     config:
-    h.eq "nccl-check argv tail" (lib.drop 4 (h.argv (lib.last (sc config).ExecStartPost))) [
+    h.eq "nccl-check argv tail" (lib.drop 4 (h.argv (builtins.elemAt (sc config).ExecStartPost 1))) [
       "--wait"
       "10"
       "--pending-ok"
@@ -350,7 +366,46 @@ in
   );
 
   nccl-check-off = h.check (with' head { services.vllm-station.pair.ncclCheck.enable = false; }) (
-    config: h.eq "only wait-ready" (lib.length (sc config).ExecStartPost) 1
+    config:
+    h.eq "wait-ready and weights-check, no nccl-check" (map (l: builtins.elemAt (h.argv l) 1) (sc config).ExecStartPost) [
+      "wait-ready"
+      "weights-check"
+    ]
+  );
+
+  # ---- the head shares its verified checkpoint with the worker (read-only rsync module) ----
+  checkpoint-share-on-the-head = h.check [ head ] (
+    config:
+    let
+      u = config.systemd.services.vllm-station-checkpoint-share;
+      conf = config.environment.etc."vllm-station/rsyncd.conf".text;
+    in
+    h.eq "rsync daemon on the head's rail address" (h.argv u.serviceConfig.ExecStart) [
+      "/nix/store/00000000000000000000000000000000-rsync/bin/rsync"
+      "--daemon"
+      "--no-detach"
+      "--config=/etc/vllm-station/rsyncd.conf"
+      "--address=${headIp}"
+      "--port=8730"
+    ]
+    ++ h.eq "bulk reads bound to node 0" [ u.serviceConfig.NUMAPolicy u.serviceConfig.NUMAMask ] [ "bind" "0" ]
+    ++ h.ok "read-only, to the worker only, the served directory as module glm53: ${conf}" (
+      lib.all (line: lib.hasInfix line conf) [
+        "read only = yes"
+        "hosts allow = ${workerIp}"
+        "hosts deny = *"
+        "[glm53]"
+        "path = /var/lib/vllm-station-models/glm53"
+        "use chroot = no"
+      ]
+    )
+    ++ h.eq "the base sandbox" (builtins.intersectAttrs (import ../../../modules/lib/hardening.nix).base u.serviceConfig) (import ../../../modules/lib/hardening.nix).base
+  );
+
+  no-checkpoint-share-on-the-worker = h.check [ worker ] (
+    config:
+    h.eq "no share unit" (config.systemd.services ? vllm-station-checkpoint-share) false
+    ++ h.eq "no rsyncd.conf" (config.environment.etc ? "vllm-station/rsyncd.conf") false
   );
 
   order-head-stops-freely = h.check [ head ] (
@@ -382,6 +437,7 @@ in
     h.eq "rules" (firewallLines config) [
       "iptables -w -A nixos-fw -i cx8r1 -s ${workerIp} -p tcp --dport 29500 -j nixos-fw-accept"
       "iptables -w -A nixos-fw -i cx8r1 -s ${workerIp} -p tcp --dport 29510 -j nixos-fw-accept"
+      "iptables -w -A nixos-fw -i cx8r1 -s ${workerIp} -p tcp --dport 8730 -j nixos-fw-accept" # the checkpoint share
       "iptables -w -A nixos-fw -i cx8r1 -s ${workerIp} -p tcp --dport 32768:60999 -j nixos-fw-accept"
     ]
     ++ h.eq "nothing opened to the world" (config.networking.firewall.allowedTCPPorts or [ ]) [ ]
@@ -406,7 +462,7 @@ in
     config:
     h.eq "no iptables commands" config.networking.firewall.extraCommands ""
     ++ h.eq "nftables rule" config.networking.firewall.extraInputRules ''
-      iifname "cx8r1" ip saddr ${workerIp} tcp dport { 29500, 29510, 32768-60999 } accept comment "vllm-station pair: head"
+      iifname "cx8r1" ip saddr ${workerIp} tcp dport { 29500, 29510, 8730, 32768-60999 } accept comment "vllm-station pair: head"
     ''
   );
 

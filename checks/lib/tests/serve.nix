@@ -528,6 +528,49 @@ in
     }
   ] (config: h.eq "no image in unit" ((h.unit config).serviceConfig.ExecStop) [ ]);
 
+  # ---- the weights check (step 7) ----
+  weights-check-only-with-tensor-parallelism = h.check [ flash ] (
+    config: h.eq "TP=1: no weights-check" (map (l: builtins.elemAt (h.argv l) 1) (sc config).ExecStartPost) [ "wait-ready" ]
+  );
+
+  weights-check-with-tp = h.check [
+    flash
+    { services.vllm-station.serve.tensorParallelSize = 4; }
+  ] (
+    config:
+    h.eq "after wait-ready, the local checkpoint split 4 ways" (lib.drop 1 (h.argv (lib.last (sc config).ExecStartPost))) [
+      "weights-check"
+      "--unit"
+      "vllm-station.service"
+      "--checkpoint"
+      flashDir
+      "--tensor-parallel-size"
+      "4"
+      "--wait"
+      "60"
+    ]
+  );
+
+  weights-check-not-for-a-hub-id = h.check (with' { tensorParallelSize = 2; }) (
+    config: h.eq "no local checkpoint, no size to compare" (lib.length (sc config).ExecStartPost) 1
+  );
+
+  # ---- the image's vLLM version travels with its digest ----
+  image-vllm-version-checked = h.check [
+    flash
+    { services.vllm-station.serve.imageVllmVersion = import ../../../modules/presets/checked-with.nix; }
+  ] (config: h.eq "no warning for the checked version" config.warnings [ ]);
+
+  image-vllm-version-other-warns = h.check [
+    flash
+    { services.vllm-station.serve.imageVllmVersion = "0.1.0"; }
+  ] (
+    config:
+    h.ok "warns: ${builtins.toJSON config.warnings}" (
+      lib.any (w: lib.hasInfix "the image holds vLLM 0.1.0, but the presets' flags were checked against vLLM" w) config.warnings
+    )
+  );
+
   # ---- serving a hub id is a deliberate choice ----
   assert-hub-id-needs-allow = h.assertionFails [
     {
