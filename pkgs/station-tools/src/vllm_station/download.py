@@ -52,6 +52,7 @@ from vllm_station.checkpoint.verification import (
     verify_checkpoint,
 )
 from vllm_station.errors import CheckFailed, StationError, Unreachable, UsageError
+from vllm_station.membind import bind_memory
 from vllm_station.report import dump_json
 
 log = logging.getLogger("vllm_station.download")
@@ -128,18 +129,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def _truthy(value: str | None) -> bool:
     return (value or "").strip().upper() in {"1", "ON", "YES", "TRUE"}
-
-
-def bind_memory(spec: str) -> str:
-    from vllm_station.host import numa
-
-    try:
-        policy = numa.set_membind(numa.parse_nodes(spec))
-    except numa.NumaUnavailable as exc:
-        raise StationError(f"{exc} — to download without a NUMA binding pass --no-membind") from exc
-    except OSError as exc:
-        raise StationError(f"cannot bind memory to NUMA nodes {spec}: {exc}") from exc
-    return policy.describe()
 
 
 def read_token(token_file: Path | None) -> tuple[str | None, str]:
@@ -336,7 +325,7 @@ def run(args: argparse.Namespace) -> int:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminate)
     # 1. the binding comes first: every page this process caches from here on lands on these nodes
-    membind = None if args.no_membind else bind_memory(args.membind)
+    membind = None if args.no_membind else bind_memory(args.membind, "download")
     if membind:
         print(f"station download: memory bound to {membind} (kernel read-back)", file=sys.stderr)
     expect = parse_expectations(args.expect_arch, args.expect_quant_algo, args.expect_shards)
