@@ -9,19 +9,25 @@ import json
 import resource
 import socket
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
+import pynvml
 import pytest
 from preflight_config import make_config, mapping
 from sysfs_fixtures import gb300_root, write, write_stamp
+from test_nvml import build_fake, system_nvml_loads, write_proc
 
 from vllm_station.cli import main
+from vllm_station.host import nvml
 from vllm_station.preflight import pair
 from vllm_station.preflight.core import Context, PreflightConfig, Status, load_checks, run_checks
 
-PAIR_CHECKS = ["rail-link", "rail-mtu", "rdma-device", "rdma-gid", "rail-peer", "memlock", "pair-revision"]
+PAIR_CHECKS = [
+    "rail-link", "rail-mtu", "rdma-device", "rdma-gid", "rail-peer", "memlock", "pair-revision",
+    "pair-workers",
+]  # fmt: skip
 MODEL_DIR = "/var/lib/vllm-station/models/glm53"
 PEER_DIR = "/var/lib/vllm-station/peer"  # where a copied/mounted peer stamp lives (inside --root)
 REV_A = "a" * 40
@@ -546,11 +552,139 @@ def test_no_peer_stamp_url_skips_with_the_fix(root: Path) -> None:
     assert "peerStampUrl" in result.figure and result.fix and "docs/pair.md" in result.fix
 
 
+# --- pair-workers: NVML's compute processes (a gcc-built fake libnvidia-ml) and /proc under the root -----
+
+GIB = 1024**3
+GpuProcesses = Callable[..., None]
+
+
+@pytest.fixture(scope="module")
+def fake_nvml_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_fake(tmp_path_factory.mktemp("nvml"), "580.95.05")
+
+
+@pytest.fixture
+def gpu_processes(fake_nvml_lib: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[GpuProcesses]:
+    """`gpu_processes(root, [(gpu, pid, bytes | None, title), …], gpus=1)`: the fake NVML reports these
+    compute processes; /proc/<pid>/cmdline under `root` holds the title (empty title: no /proc entry
+    readable but comm), comm its first 15 characters."""
+    saved = pynvml.nvmlLib, dict(pynvml._nvmlGetFunctionPointer_cache)
+    pynvml.nvmlLib = None
+    pynvml._nvmlGetFunctionPointer_cache.clear()
+    monkeypatch.setenv(nvml.LIBRARY_ENV, str(fake_nvml_lib))
+
+    def setup(root: Path, procs: list[tuple[int, int, int | None, str]], gpus: int = 1) -> None:
+        for _, pid, _, title in procs:
+            write_proc(root, pid, title, title.encode() + b"\0" if title else b"")
+        monkeypatch.setenv("FAKE_NVML_GPUS", str(gpus))
+        monkeypatch.setenv(
+            "FAKE_NVML_PROCS", ",".join(f"{g}:{pid}:{'-' if b is None else b}" for g, pid, b, _ in procs)
+        )
+
+    yield setup
+    pynvml.nvmlLib = saved[0]
+    pynvml._nvmlGetFunctionPointer_cache.clear()
+    pynvml._nvmlGetFunctionPointer_cache.update(saved[1])
+
+
+def workers(root: Path, gpu_processes: GpuProcesses, procs: list[tuple[int, int, int | None, str]],
+            gpus: int = 1, **pair_overrides: Any) -> Any:  # fmt: skip
+    gpu_processes(root, procs, gpus)
+    return run_one(root, "pair-workers", config(**pair_overrides))
+
+
+def test_workers_this_ranks_worker_on_the_head(root: Path, gpu_processes: GpuProcesses) -> None:
+    procs = [(0, 4242, 218 * GIB, "VLLM::Worker_TP0"), (0, 77, GIB // 2, "python3")]
+    result = workers(root, gpu_processes, procs)
+    assert result.status is Status.PASS
+    figure = "VLLM::Worker_TP0 (pid 4242) holds 218.0 GiB on GPU0; this station is rank 0 (head)"
+    assert result.figure == figure
+    assert [p["pid"] for p in result.details["processes"]] == [4242]  # not vLLM: the gpu check's business
+
+
+def test_workers_rank_1_on_the_worker_station(root: Path, gpu_processes: GpuProcesses) -> None:
+    result = workers(
+        root, gpu_processes, [(0, 8842, 218 * GIB, "VLLM::Worker_TP1_EP1")], role="worker", rank=1,
+        workerAddress=LOCAL, headAddress="127.0.0.2",
+    )  # fmt: skip
+    assert result.status is Status.PASS
+    assert "VLLM::Worker_TP1_EP1 (pid 8842)" in result.figure and "rank 1 (worker)" in result.figure
+
+
+def test_workers_the_other_ranks_worker_here_fails(root: Path, gpu_processes: GpuProcesses) -> None:
+    result = workers(root, gpu_processes, [(0, 4243, 218 * GIB, "VLLM::Worker_TP1")])
+    assert result.status is Status.FAIL
+    assert result.figure == (
+        "VLLM::Worker_TP1 (pid 4243) holds 218.0 GiB on GPU0, but this station is rank 0 (head): "
+        "the other rank's worker runs here"
+    )
+    assert result.fix and "pair.role" in result.fix
+
+
+def test_workers_an_engine_with_the_whole_model_fails(root: Path, gpu_processes: GpuProcesses) -> None:
+    """TP 1 on GPU: vLLM's 'uni' executor loads the whole model in VLLM::EngineCore, no worker at all."""
+    result = workers(root, gpu_processes, [(0, 31544, 436 * GIB, "VLLM::EngineCore")])
+    assert result.status is Status.FAIL
+    assert "VLLM::EngineCore (pid 31544) holds 436.0 GiB on GPU0: one process holds the weights of both" in (
+        result.figure
+    )
+    assert "its title names no TP rank" in result.figure
+
+
+def test_workers_one_process_on_two_gpus_fails(root: Path, gpu_processes: GpuProcesses) -> None:
+    procs = [(0, 4242, 218 * GIB, "VLLM::Worker_TP0"), (1, 4242, 218 * GIB, "VLLM::Worker_TP0")]
+    result = workers(root, gpu_processes, procs, gpus=2)
+    assert result.status is Status.FAIL
+    both = "one process holds the weights of both ranks (vLLM runs with tensor parallel size 1 across GPUs)"
+    assert both in result.figure
+
+
+def test_workers_none_yet_skips(root: Path, gpu_processes: GpuProcesses) -> None:
+    result = workers(root, gpu_processes, [(0, 77, 3 * GIB, "python3")])
+    assert result.status is Status.SKIP
+    assert result.figure == (
+        "no vLLM process holds a GPU here yet (1 GPU(s) seen); "
+        "run after the unit is active: station preflight --only pair-workers"
+    )
+
+
+def test_workers_still_loading_warns(root: Path, gpu_processes: GpuProcesses) -> None:
+    result = workers(root, gpu_processes, [(0, 4242, 600 * 1024**2, "VLLM::Worker_TP0")])
+    assert result.status is Status.WARN
+    assert "under 1 GiB, the weights are not loaded yet" in result.figure
+
+
+def test_workers_rank_cut_from_comm_warns(root: Path, gpu_processes: GpuProcesses) -> None:
+    """Only comm readable ("VLLM::Worker_TP", 15 characters): the rank is unknown, not a FAIL."""
+    gpu_processes(root, [(0, 4242, None, "VLLM::Worker_TP0")])
+    (root / "proc/4242/cmdline").write_bytes(b"")  # e.g. hidepid, or a zombie
+    result = run_one(root, "pair-workers", config())
+    assert result.status is Status.WARN
+    assert "VLLM::Worker_TP (pid 4242) holds an unknown amount on GPU0: no TP rank readable" in result.figure
+
+
+def test_workers_without_nvml_skip(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    if system_nvml_loads():
+        pytest.skip("this machine has a real libnvidia-ml.so.1 on the loader path")
+    saved = pynvml.nvmlLib
+    pynvml.nvmlLib = None
+    monkeypatch.setenv(nvml.LIBRARY_ENV, str(root / "nope.so"))
+    try:
+        result = run_one(root, "pair-workers", config())
+    finally:
+        pynvml.nvmlLib = saved
+    assert result.status is Status.SKIP and result.figure.startswith("no NVML: cannot load the NVML library")
+
+
 # --- through `station preflight` ---------------------------------------------------------------
 
 
 def test_cli_pair_group_all_pass(
-    root: Path, tmp_path: Path, listener: tuple[str, int], capsys: pytest.CaptureFixture[str]
+    root: Path,
+    tmp_path: Path,
+    listener: tuple[str, int],
+    gpu_processes: GpuProcesses,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     host, port = listener
     local_and_peer(root)
@@ -571,6 +705,7 @@ def test_cli_pair_group_all_pass(
     )
     cfg_path = tmp_path / "preflight.json"
     cfg_path.write_text(json.dumps(cfg))
+    gpu_processes(root, [(0, 4242, 218 * GIB, "VLLM::Worker_TP0")])
     code = main(["preflight", "--config", str(cfg_path), "--root", str(root), "--only", "pair", "--json"])
     data = json.loads(capsys.readouterr().out)
     statuses = {c["name"]: c["status"] for c in data["checks"]}
@@ -578,8 +713,11 @@ def test_cli_pair_group_all_pass(
     assert code == 0
 
 
-def test_cli_pair_failures_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_pair_failures_exit_1(
+    tmp_path: Path, gpu_processes: GpuProcesses, capsys: pytest.CaptureFixture[str]
+) -> None:
     root = rail_root(tmp_path / "root", operstate="down", mtu=1500, memlock="65536")
+    gpu_processes(root, [(0, 4243, 218 * GIB, "VLLM::Worker_TP1")])  # the worker's rank on the head
     cfg_path = tmp_path / "preflight.json"
     cfg_path.write_text(
         json.dumps(mapping(pair={"role": "head", "headAddress": LOCAL, "workerAddress": "127.0.0.3",
@@ -602,4 +740,5 @@ def test_cli_pair_failures_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture[
         "rail-peer": "WARN",
         "memlock": "FAIL",
         "pair-revision": "SKIP",
+        "pair-workers": "FAIL",
     }

@@ -31,8 +31,6 @@ import logging
 import os
 import re
 import selectors
-import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -41,14 +39,14 @@ from pathlib import Path
 from typing import BinaryIO
 
 from vllm_station import polling
-from vllm_station.errors import EXIT_FAIL, EXIT_OK, EXIT_PENDING, Unreachable, UsageError
+from vllm_station.errors import EXIT_FAIL, EXIT_OK, EXIT_PENDING, UsageError
+from vllm_station.host.journal import decode, read_log_file, read_unit
 from vllm_station.report import dump_json
 
 log = logging.getLogger(__name__)
 
 SOCKET_FALLBACK = "socket fallback: the pair would serve ~10× slower"
 MAX_EVIDENCE = 12
-JOURNAL_TIMEOUT_S = 30.0
 
 
 class Status(enum.StrEnum):
@@ -439,79 +437,6 @@ def classify(text: str, source: str = "-", require_gdr: bool = False) -> NcclRep
     return scanner.report(source, require_gdr=require_gdr)
 
 
-# --- sources --------------------------------------------------------------------------------------
-
-
-def _decode(data: bytes) -> str:
-    return data.decode("utf-8", errors="replace")
-
-
-def read_log_file(path: Path) -> str:
-    """The file's text; Unreachable (exit 3) when it cannot be read."""
-    try:
-        return _decode(path.read_bytes())
-    except FileNotFoundError as err:
-        raise Unreachable(f"log file {path} does not exist") from err
-    except IsADirectoryError as err:
-        raise Unreachable(f"{path} is a directory, not a log file") from err
-    except OSError as err:
-        raise Unreachable(f"cannot read log file {path}: {err.strerror or err}") from err
-
-
-_JOURNAL_DENIED = re.compile(r"insufficient permissions|not seeing messages from other users", re.IGNORECASE)
-
-
-def _run(argv: list[str], what: str) -> subprocess.CompletedProcess[bytes]:
-    try:
-        return subprocess.run(argv, capture_output=True, timeout=JOURNAL_TIMEOUT_S, check=False)
-    except subprocess.TimeoutExpired as err:
-        raise Unreachable(
-            f"{what} did not answer within {JOURNAL_TIMEOUT_S:.0f} s: {' '.join(argv)}"
-        ) from err
-    except OSError as err:
-        raise Unreachable(f"cannot run {argv[0]}: {err.strerror or err}") from err
-
-
-def invocation_id(unit: str) -> str | None:
-    """The unit's current invocation (`systemctl show -p InvocationID --value UNIT`); None if unknown."""
-    systemctl = shutil.which("systemctl")
-    if systemctl is None:
-        return None
-    proc = _run([systemctl, "show", "-p", "InvocationID", "--value", unit], "systemctl")
-    value = _decode(proc.stdout).strip()
-    return value if proc.returncode == 0 and re.fullmatch(r"[0-9a-f]{32}", value) else None
-
-
-def journal_argv(journalctl: str, unit: str, invocation: str | None) -> list[str]:
-    if invocation:  # only the lines of the current start, not a previous run's fallback
-        return [journalctl, f"_SYSTEMD_INVOCATION_ID={invocation}", "-o", "cat", "--no-pager"]
-    return [journalctl, "-u", unit, "-o", "cat", "--no-pager"]
-
-
-def read_unit(unit: str, all_invocations: bool = False) -> tuple[str, str]:
-    """The unit's journal text (current invocation unless `all_invocations`) and a source label.
-    Unreachable (exit 3) when the journal cannot be read."""
-    journalctl = shutil.which("journalctl")
-    if journalctl is None:
-        raise Unreachable(
-            f"journalctl not found on PATH, so the journal of {unit} cannot be read; "
-            f"pass the log instead: `journalctl -u {unit} -o cat | station nccl-check -` or --log FILE"
-        )
-    invocation = None if all_invocations else invocation_id(unit)
-    argv = journal_argv(journalctl, unit, invocation)
-    proc = _run(argv, "journalctl")
-    err = _decode(proc.stderr).strip()
-    if _JOURNAL_DENIED.search(err):
-        raise Unreachable(
-            f"journalctl cannot show the system journal to this user ({err.splitlines()[0]}); run as root, "
-            "add the user to group systemd-journal, or in a unit use `ExecStartPost=+station nccl-check …`"
-        )
-    if proc.returncode != 0:
-        raise Unreachable(f"journalctl failed (exit {proc.returncode}): {err[:300] or 'no message'}")
-    label = f"unit {unit}" + (f" (invocation {invocation})" if invocation else "")
-    return _decode(proc.stdout), label
-
-
 @dataclass
 class Options:
     unit: str | None
@@ -582,7 +507,7 @@ def stream(
     """Classify a stream (stdin) line by line; with `wait`, stop at a final verdict, EOF or the deadline."""
     scanner = Scanner()
     if wait is None:
-        scanner.feed_text(_decode(fh.read()))
+        scanner.feed_text(decode(fh.read()))
         return scanner.report("stdin", require_gdr=require_gdr)
     deadline = clock() + wait
     eof = False
@@ -604,13 +529,13 @@ def stream(
             buf += chunk
             *lines, buf = buf.split(b"\n")
             for raw in lines:
-                scanner.feed(_decode(raw))
+                scanner.feed(decode(raw))
             if scanner.report("stdin").final:
                 return scanner.report("stdin", require_gdr=require_gdr)
     finally:
         sel.close()
     if buf:
-        scanner.feed(_decode(buf))
+        scanner.feed(decode(buf))
     report = scanner.report("stdin", require_gdr=require_gdr)
     if report.final or eof:
         return report
@@ -666,7 +591,7 @@ def run(args: argparse.Namespace) -> int:
             unit = opts.unit
 
             def read() -> tuple[str, str]:
-                return read_unit(unit, opts.all_invocations)
+                return read_unit(unit, opts.all_invocations, command="nccl-check", stdin=True)
         else:
             assert opts.log_file is not None
             path = opts.log_file

@@ -148,10 +148,14 @@ def read_nvml(proc_root: Path = Path("/"), candidates: Sequence[str] | None = No
     except pynvml.NVMLError as err:
         raise NvmlUnavailable(f"NVML could not start: {err}") from err
 
+    # A driver without the versioned symbol an unversioned call maps to (`…RunningProcesses_v3`):
+    # pynvml raises this, not an NVMLError.
+    mismatch: type[Exception] = getattr(pynvml, "NVMLLibraryMismatchError", pynvml.NVMLError)
+
     def optional(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T | None:
         try:
             return fn(*args, **kwargs)
-        except pynvml.NVMLError:
+        except (pynvml.NVMLError, mismatch):
             return None
         except AttributeError:  # an older nvidia-ml-py without this call
             return None

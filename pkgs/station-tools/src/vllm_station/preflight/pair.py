@@ -13,6 +13,10 @@
 - `pair-revision` both stations' verify stamps name the same repo, revision and files; the peer's
                   stamp comes from `pair.peerStampUrl` (http(s) URL, `file://` URL or a path) —
                   docs/pair.md describes how the peer publishes it
+- `pair-workers`  after the unit is active: NVML's compute processes on this station's GPU(s) are the
+                  vLLM worker of THIS station's rank (`VLLM::Worker_TP<rank>`, from /proc/<pid>/cmdline),
+                  holding memory; FAIL for the other rank's worker here or one process holding the
+                  weights of both ranks; SKIP while no vLLM worker runs
 
 Every check reads sysfs/procfs under `ctx.root`, so tests run against prepared trees.
 """
@@ -22,6 +26,7 @@ from __future__ import annotations
 import errno
 import ipaddress
 import json
+import re
 import resource
 import socket
 from pathlib import Path
@@ -31,7 +36,9 @@ from urllib.parse import urlparse
 import httpx
 
 from vllm_station.checkpoint.stamp import STAMP_NAME, Stamp, StampError, StampMissing, read_stamp
-from vllm_station.preflight.core import CheckResult, Context, PairConfig, SkipCheck, Status, check
+from vllm_station.host.nvml import GpuProcess, NvmlUnavailable
+from vllm_station.preflight.checks import nvml_report
+from vllm_station.preflight.core import CheckResult, Context, GiB, PairConfig, SkipCheck, Status, check
 
 EXPECTED_MTU = 9000
 PEER_CONNECT_TIMEOUT_S = 2.0
@@ -749,3 +756,148 @@ def pair_revision(ctx: Context) -> CheckResult:
             details,
         )
     return CheckResult("pair-revision", Status.PASS, figure, threshold, details=details)
+
+
+# --- pair-workers: the right vLLM worker on this station's GPU --------------------------------------
+
+# vLLM's process titles (`setproctitle(f"{VLLM_PROCESS_NAME_PREFIX}::{name}")`, vllm/utils/system_utils.py):
+# a multiprocess worker is `VLLM::Worker[_DPd][_PPd][_PCPd][_TPd][_DCPd][_EPd]` once its parallel groups
+# exist (vllm/v1/executor/multiproc_executor.py); with `--nnodes 2`, one GPU per station, its TP rank is
+# the station's `--node-rank`. `VLLM::EngineCore` holds the GPU itself only with TP 1 (no worker
+# processes). The kernel cuts `comm` at 15 characters ("VLLM::Worker_TP"): the rank is in the cmdline.
+_VLLM_TITLE = re.compile(r"(?P<title>\S*::(?:Worker|EngineCore)\S*)")
+_TITLE_TP = re.compile(r"_TP(?P<rank>\d+)(?![0-9])")
+WORKER_MIN_BYTES = 1 * GiB  # less is a CUDA context, not weights
+RUN_AFTER_START = "run after the unit is active: station preflight --only pair-workers"
+
+
+def _vllm_title(p: GpuProcess) -> tuple[str | None, bool]:
+    """The vLLM process title and whether it is whole: from the cmdline, else from comm (whole only when
+    shorter than the kernel's 15 characters). (None, False): not a vLLM process."""
+    if m := _VLLM_TITLE.search(p.cmdline):
+        return m["title"], True
+    if m := _VLLM_TITLE.search(p.name):
+        return m["title"], len(p.name) < 15
+    return None, False
+
+
+def _holds(p: GpuProcess) -> str:
+    return f"{p.used_bytes / GiB:.1f} GiB" if p.used_bytes is not None else "an unknown amount"
+
+
+@check("pair-workers", group="pair", description="the vLLM worker of this station's rank holds this GPU")
+def pair_workers(ctx: Context) -> CheckResult:
+    pair = _pair(ctx)
+    rank = pair.rank
+    want = f"VLLM::Worker_TP{rank}"
+    station = f"this station is rank {rank} ({pair.role})"
+    threshold = f"a {want} process holds >= {WORKER_MIN_BYTES // GiB} GiB here; no other rank's worker"
+    try:
+        report = nvml_report(ctx)
+    except NvmlUnavailable as err:
+        raise SkipCheck(
+            f"no NVML: {err}",
+            fix="on a GPU host: install the NVIDIA driver (libnvidia-ml.so) and nvidia-ml-py",
+        ) from err
+    rows: list[dict[str, Any]] = []
+    gpus_of: dict[int, set[int]] = {}
+    for g in report.gpus:
+        for p in g.processes:
+            if p.kind != "compute":
+                continue
+            title, whole = _vllm_title(p)
+            if title is None and not p.is_vllm:
+                continue
+            m = _TITLE_TP.search(title or "")
+            role = "worker" if title and "::Worker" in title else "engine" if title else "other"
+            if not whole and m is None:
+                role = "unknown"  # comm cut the rank off and the cmdline is unreadable, or no title at all
+            rows.append(
+                {
+                    "gpu": g.index,
+                    "pid": p.pid,
+                    "title": title or p.name,
+                    "role": role,
+                    "tp_rank": int(m["rank"]) if m else None,
+                    "used_bytes": p.used_bytes,
+                    "holds_weights": p.used_bytes is None or p.used_bytes >= WORKER_MIN_BYTES,
+                    "text": f"{title or p.name or '?'} (pid {p.pid}) holds {_holds(p)} on GPU{g.index}",
+                }
+            )
+            if p.used_bytes is None or p.used_bytes >= WORKER_MIN_BYTES:
+                gpus_of.setdefault(p.pid, set()).add(g.index)
+    details: dict[str, Any] = {"rank": rank, "role": pair.role, "processes": rows}
+    holding = [r for r in rows if r["holds_weights"]]
+    if not rows:
+        raise SkipCheck(
+            f"no vLLM process holds a GPU here yet ({len(report.gpus)} GPU(s) seen); {RUN_AFTER_START}",
+            details=details,
+        )
+    workers = [r for r in holding if r["role"] == "worker"]
+    wrong = [r for r in workers if r["tp_rank"] is not None and r["tp_rank"] != rank]
+    if wrong:
+        return CheckResult(
+            "pair-workers",
+            Status.FAIL,
+            "; ".join(r["text"] for r in wrong) + f", but {station}: the other rank's worker runs here",
+            threshold,
+            "the stations' ranks are swapped or both run one rank: check services.vllm-station.pair.role "
+            "on both stations (vLLM's --node-rank follows it) and restart the worker, then the head",
+            details,
+        )
+    both = [pid for pid, gpus in gpus_of.items() if len(gpus) > 1]
+    untitled = [r for r in holding if r["tp_rank"] is None and r["role"] in ("worker", "engine")]
+    if both or untitled:
+        culprits = [r for r in holding if r["pid"] in both] or untitled
+        return CheckResult(
+            "pair-workers",
+            Status.FAIL,
+            "; ".join(r["text"] for r in culprits)
+            + ": one process holds the weights of both ranks (vLLM runs with tensor parallel size 1"
+            + (" across GPUs" if both else ", its title names no TP rank")
+            + f"), but {station} of a TP-2 pair",
+            threshold,
+            "start vLLM with --tensor-parallel-size 2 --nnodes 2 (services.vllm-station.pair on both "
+            "stations); `station weights-check` then shows about half the checkpoint per rank",
+            details,
+        )
+    ours = [r for r in workers if r["tp_rank"] == rank]
+    if len(ours) == 1:
+        figure = f"{ours[0]['text']}; {station}"
+        return CheckResult("pair-workers", Status.PASS, figure, threshold, details=details)
+    if len(ours) > 1:
+        return CheckResult(
+            "pair-workers",
+            Status.WARN,
+            "; ".join(r["text"] for r in ours) + f": {len(ours)} processes of rank {rank} hold memory",
+            threshold,
+            "a leftover worker of an earlier start? stop the unit, `kill` the pid that is not the unit's, "
+            "start again",
+            details,
+        )
+    small = [r for r in rows if r["role"] == "worker" and r["tp_rank"] == rank]
+    if small:
+        return CheckResult(
+            "pair-workers",
+            Status.WARN,
+            "; ".join(r["text"] for r in small)
+            + f": under {WORKER_MIN_BYTES // GiB} GiB, the weights are not loaded yet",
+            threshold,
+            f"loading takes minutes: {RUN_AFTER_START} again once the unit is active",
+            details,
+        )
+    unknown = [r for r in holding if r["tp_rank"] is None]
+    if unknown:
+        return CheckResult(
+            "pair-workers",
+            Status.WARN,
+            "; ".join(r["text"] for r in unknown)
+            + f": no TP rank readable in its title (is /proc/<pid>/cmdline readable?), {station}",
+            threshold,
+            f"check with `nvidia-smi`: the process should be named {want}",
+            details,
+        )
+    raise SkipCheck(
+        f"no vLLM worker holds a GPU here yet ({'; '.join(r['text'] for r in rows)}); {RUN_AFTER_START}",
+        details=details,
+    )
