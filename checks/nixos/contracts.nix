@@ -1,5 +1,6 @@
 # The artifacts that Nix writes and Python reads, per example, as plain data (tier nix_nixos,
-# checks/test_contracts.py feeds them through the Python readers). Builds nothing.
+# checks/test_contracts.py feeds them through the Python readers; checks/test_vllm_flags.py feeds
+# `vllmArgs` through the real `vllm serve` argument parser). Builds nothing.
 {
   nixosTree ? builtins.getEnv "NIXOS_TREE",
 }:
@@ -22,9 +23,13 @@ let
     {
       preflightJson = builtins.unsafeDiscardStringContext etc.${etcPath contract.preflightConfig}.text;
       pairEnv = if etc ? ${etcPath contract.pairEnvFile} then etc.${etcPath contract.pairEnvFile}.text else null;
+      # What the unit passes to `vllm serve`, exactly: the model first, then the flags.
+      vllmArgs = map builtins.unsafeDiscardStringContext config.services.vllm-station.serve.vllmArgs;
     };
 in
 {
   inherit (contract) stampName preflightConfig pairEnvFile;
+  # The vLLM release the presets' flags were checked against.
+  checkedWith = import ../../modules/presets/checked-with.nix;
   examples = lib.mapAttrs artifacts examples;
 }

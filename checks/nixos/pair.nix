@@ -50,6 +50,11 @@ let
       "--kv-cache-dtype"
       "fp8"
       "--enable-prefix-caching"
+      "--enable-auto-tool-choice"
+      "--tool-call-parser"
+      "glm47"
+      "--reasoning-parser"
+      "glm45"
       "--speculative-config"
       ''{"method":"mtp","num_speculative_tokens":4}''
     ]

@@ -2,7 +2,8 @@
 # ConnectX-8 RoCE rail: each GPU holds ~218 GiB of weights. Station A (rank 0) serves the API,
 # station B (rank 1) runs a headless worker; `services.vllm-station.pair` adds the ranks, addresses
 # and the --tensor-parallel-size/--nnodes/--node-rank/--master-* flags.
-# MTP speculative decoding with 4 draft tokens (vLLM's `--speculative-config`, method "mtp").
+# MTP speculative decoding with 4 draft tokens (vLLM's `--speculative-config`, method "mtp"), and tool
+# calls with auto tool choice and the GLM parsers, as the Flash preset.
 # Each station serves its verified local copy of the download entry `glm53` (station B: `verifyOnly`,
 # rsync'd from A); services.vllm-station.pair.ncclCheck.requireGdr (default on) refuses a start
 # whose NCCL is not GPUDirect RDMA.
@@ -14,6 +15,9 @@
     gpuMemoryUtilization = 0.93;
     kvCacheDtype = "fp8";
     enablePrefixCaching = true;
+    enableAutoToolChoice = true;
+    toolCallParser = "glm47";
+    reasoningParser = "glm45";
     # 753B over two stations: ~232 GB of weights per station to load, then compile and graph capture.
     startTimeout = 1800;
     speculativeConfig = {

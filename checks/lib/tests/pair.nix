@@ -492,6 +492,9 @@ in
     ++ flag "--gpu-memory-utilization" "0.93"
     ++ flag "--kv-cache-dtype" "fp8"
     ++ flag "--speculative-config" ''{"method":"mtp","num_speculative_tokens":4}''
+    ++ flag "--tool-call-parser" "glm47"
+    ++ flag "--reasoning-parser" "glm45"
+    ++ h.contains "auto tool choice" args "--enable-auto-tool-choice"
     ++ flag "--served-model-name" "glm-5.3"
     ++ h.contains "prefix caching" args "--enable-prefix-caching"
     ++ h.eq "model (overridden by the local path)" (builtins.head args) "/var/lib/vllm-station-models/glm53"

@@ -18,10 +18,17 @@ from pathlib import Path
 
 import manifest
 
-BUILDERS = {"smol": "build_smol.py", "tools": "train_tiny.py"}
+BUILDERS = {"smol": "build_smol.py", "tools": "train_tiny.py", "tools-glm": "train_tiny_glm.py"}
+# A model fine-tuned from another: that one is brought up to date first and passed as --init-from.
+BASES = {"tools-glm": "tools"}
 
 
 def build(models: Path, key: str, force: bool) -> None:
+    base = BASES.get(key)
+    extra: list[str] = []
+    if base is not None:
+        build(models, base, False)
+        extra = ["--init-from", str(manifest.model_dir(models, base))]
     final = manifest.model_dir(models, key)
     if not force and manifest.is_current(models, key):
         stamp = manifest.read_stamp(models, key) or {}
@@ -38,7 +45,9 @@ def build(models: Path, key: str, force: bool) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
     t0 = time.monotonic()
     subprocess.run(
-        [sys.executable, str(manifest.HERE / BUILDERS[key]), "--out", str(tmp)], check=True, cwd=manifest.HERE
+        [sys.executable, str(manifest.HERE / BUILDERS[key]), "--out", str(tmp), *extra],
+        check=True,
+        cwd=manifest.HERE,
     )
     seconds = round(time.monotonic() - t0, 1)
     stamp = {
