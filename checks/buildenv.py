@@ -57,6 +57,9 @@ PYPI = {
 # What stands in on this machine for the store paths package.nix puts into its check environment.
 HOST_LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib")
 HOST_LIBS = {"numactl": "libnuma.so.1"}  # storeLibs name (checks/build-env) -> a library it must hold
+# Check inputs that are programs, not Python packages: pname -> the commands this machine provides for them
+# (put on the emulated build's PATH, as nativeCheckInputs puts their bin/ on a real build's PATH).
+HOST_TOOLS = {"rsync": ("rsync",)}
 
 # The commands stdenv puts on a build's PATH (coreutils, findutils, diffutils, sed, grep, gawk, tar,
 # gzip, bzip2, xz, make, bash, patch, the C compiler). Not util-linux (mount, unshare), not numactl:
@@ -98,7 +101,12 @@ class Inputs:
 
     @property
     def pnames(self) -> list[str]:
-        return [*self.dependencies, *self.build_system, *self.check_inputs]
+        """The Python inputs (a program among the check inputs is not one: HOST_TOOLS)."""
+        return [p for p in (*self.dependencies, *self.build_system, *self.check_inputs) if p not in HOST_TOOLS]
+
+    @property
+    def tools(self) -> list[str]:
+        return [p for p in self.check_inputs if p in HOST_TOOLS]
 
     def unmapped(self) -> list[str]:
         return sorted({p for p in self.pnames if p not in PYPI})
@@ -271,7 +279,7 @@ class Build:
     def __post_init__(self) -> None:
         self.tools = self.top / "stdenv-bin"
         self.tools.mkdir(parents=True, exist_ok=True)
-        for name in STDENV_TOOLS:
+        for name in (*STDENV_TOOLS, *(c for p in self.inputs.tools for c in HOST_TOOLS[p])):
             found = shutil.which(name)
             if found and not (self.tools / name).exists():
                 (self.tools / name).symlink_to(found)

@@ -66,7 +66,11 @@ def metadata_problems(inputs: Inputs) -> list[str]:
     pairs = [
         ("dependencies", names(project["dependencies"]), inputs.dependencies),
         ("build-system", names(PYPROJECT["build-system"]["requires"]), inputs.build_system),
-        ("nativeCheckInputs", names(project["optional-dependencies"]["test"]) - DEV_TOOLS, inputs.check_inputs),
+        (
+            "nativeCheckInputs",
+            names(project["optional-dependencies"]["test"]) - DEV_TOOLS,
+            [p for p in inputs.check_inputs if p not in inputs.tools],
+        ),
     ]
     for attr, declared, pnames in pairs:
         nix = {canonicalize_name(p) for p in inputs.pypi_names(pnames)}

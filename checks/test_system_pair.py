@@ -10,6 +10,7 @@ the test (/var/lib/vllm-station/engine.log), which the head's `station nccl-chec
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -110,12 +111,17 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
             stations.append(st)
             st.boot(runtime="docker")
             m = st.machine
-            # the verified copy: the real `station verify`, then the revision both stamps must carry
+            # the verified copy as the download unit leaves it: the real `station verify` recording the
+            # repository and the pinned revision, owned by the download user (safetensors writes 0600)
             m.run(
                 [
                     str(bin_dir / "station"),
                     "verify",
                     MODEL_DIR,
+                    "--repo",
+                    "nvidia/GLM-5.3-NVFP4",
+                    "--revision",
+                    REVISION,
                     "--expect-arch",
                     "GlmMoeDsaForCausalLM",
                     "--expect-quant-algo",
@@ -125,14 +131,13 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
                 ],
                 timeout=120,
             )
-            stamp = m.run(["cat", f"{MODEL_DIR}/.station-verified.json"]).stdout
-            m.write(
-                f"{MODEL_DIR}/.station-verified.json",
-                stamp.replace('"revision": null', f'"revision": "{REVISION}"'),
-            )
+            m.run(["chown", "-R", "vllm-station:vllm-station", MODEL_DIR])
         head, worker = stations
         head.machine.write(API_KEY_PATH, API_KEY + "\n", mode=0o600)
-        head.machine.write(ENGINE_LOG, (NCCL / "gdrdma.log").read_text())
+        # the NCCL transport lines only: the model-loading line comes from the engine itself (the
+        # shim reports this checkpoint's share per rank, as vLLM does), for the head's weights-check
+        nccl_lines = (NCCL / "gdrdma.log").read_text().splitlines(keepends=True)
+        head.machine.write(ENGINE_LOG, "".join(line for line in nccl_lines if "Model loading" not in line))
         yield Pair(head, worker)
     finally:
         for st in stations:
@@ -153,6 +158,60 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
 def _realtime(st: Station, unit: str, prop: str) -> int:
     value = st.machine.show(unit, prop)[prop]
     return int(value or 0)
+
+
+SHARE = "vllm-station-checkpoint-share.service"
+COPY = "vllm-station-download-glm53.service"  # on the worker: station copy from the head's share
+STAMP = f"{MODEL_DIR}/.station-verified.json"
+
+
+def _listing(st: Station) -> list[str]:
+    """name and size of every file of the checkpoint, the stamp left out."""
+    out = st.machine.run(
+        ["sh", "-c", f"cd {MODEL_DIR} && find . -type f ! -name .station-verified.json -printf '%p %s\\n'"]
+    ).stdout
+    return sorted(out.splitlines())
+
+
+def _copy_again(worker: Station) -> subprocess.CompletedProcess[str]:
+    """The worker's copy unit from an empty directory (oneshot: stop, reset, start; blocks until done)."""
+    m = worker.machine
+    m.systemctl("stop", COPY, check=False)
+    m.systemctl("reset-failed", COPY, check=False)
+    m.run(["sh", "-c", f"rm -rf {MODEL_DIR}/* {MODEL_DIR}/.[!.]*"])
+    return m.run(["systemctl", "start", COPY], check=False, timeout=300)
+
+
+def test_the_worker_copies_the_heads_checkpoint_by_unit(pair: Pair) -> None:
+    """A shares its verified copy (rsync daemon on the rail), B's download unit pulls, verifies, stamps;
+    an unverified source is refused."""
+    head, worker = pair.head, pair.worker
+    head.machine.systemctl("start", SHARE)
+    assert head.state(SHARE)["ActiveState"] == "active"
+    t0 = time.monotonic()
+    proc = _copy_again(worker)
+    FIGURES.record("pair: copy unit A→B, 50 shards (s)", round(time.monotonic() - t0, 1))
+    journal = worker.machine.journal(COPY)
+    assert proc.returncode == 0, journal[-3000:]
+    stamp = json.loads(worker.machine.run(["cat", STAMP]).stdout)
+    assert stamp["revision"] == REVISION and stamp["repo"] == "nvidia/GLM-5.3-NVFP4", stamp
+    assert _listing(worker) == _listing(head), "the copy has every file, with A's sizes"
+    assert f"rsync://{HEAD_IP}:8730/glm53" in journal
+    # bound to node 0 on both ends: the units say so (the tool binds itself too)
+    assert worker.machine.show(COPY, "NUMAPolicy")["NUMAPolicy"] == "bind"
+    assert head.machine.show(SHARE, "NUMAPolicy")["NUMAPolicy"] == "bind"
+
+    # A's copy without its stamp: B refuses it and has no stamp of its own
+    head.machine.run(["mv", STAMP, STAMP + ".kept"])
+    try:
+        refused = _copy_again(worker)
+        journal = worker.machine.journal(COPY)
+        assert refused.returncode != 0
+        assert "not verified" in journal, journal[-2000:]
+        assert worker.machine.run(["test", "-e", STAMP], check=False).returncode != 0
+    finally:
+        head.machine.run(["mv", STAMP + ".kept", STAMP])
+    assert _copy_again(worker).returncode == 0, "B verified again for the next tests"
 
 
 def test_the_head_waits_for_the_worker_then_starts_after_it(pair: Pair) -> None:
@@ -191,6 +250,13 @@ def test_the_head_waits_for_the_worker_then_starts_after_it(pair: Pair) -> None:
     # wait-ready, then nccl-check on the GPUDirect RDMA excerpt: the head is active
     assert "ready after" in journal
     assert "GPUDirect RDMA" in journal or "GDRDMA" in journal, journal[-2000:]
+
+
+def test_the_heads_weights_check_ran_after_ready(pair: Pair) -> None:
+    """Step 7 read the engine's model-loading line for rank 0 and judged it against half the checkpoint."""
+    journal = pair.head.machine.journal(SERVE)
+    assert "Worker_TP0" in journal and "per rank (TP 2)" in journal, journal[-3000:]
+    assert pair.head.state()["ActiveState"] == "active"
 
 
 def test_the_worker_stops_after_the_head(pair: Pair) -> None:

@@ -119,6 +119,8 @@ let
     read only = yes
     list = no
     max connections = 2
+    # the connection count lives in a lock file: in the unit's runtime directory (the rest is read-only)
+    lock file = /run/${contract.shareUnit}/rsyncd.lock
     hosts allow = ${workerAddress}
     hosts deny = *
     [${shareModule}]
@@ -418,6 +420,10 @@ in
         message = "services.vllm-station.pair: a worker serves no API, but services.vllm-station.serve.openFirewall is true; set it to false on the worker (station B).";
       }
       {
+        assertion = !sharing || top.download.enable;
+        message = "services.vllm-station.pair.checkpointShare: the head shares the checkpoint its download unit verified, read as the download user; set services.vllm-station.download.enable = true (with models.<name>.dir = ${toString serve.model}), or checkpointShare.enable = false.";
+      }
+      {
         assertion = serve.enable;
         message = "services.vllm-station.pair: the pair runs the serving unit; set services.vllm-station.serve.enable = true.";
       }
@@ -517,8 +523,12 @@ in
       restartTriggers = [ shareConfig ];
       serviceConfig = hardening.base // {
         Type = "exec";
-        DynamicUser = true;
+        # The user the download unit writes the checkpoint as: it reads every file whatever its mode
+        # (found by the system tier: a DynamicUser was refused safetensors shards written 0600).
+        User = top.download.user;
+        Group = top.download.group;
         ExecStart = utils.escapeSystemdExecArgs shareArgs;
+        RuntimeDirectory = contract.shareUnit;
         # Reading 464 GB fills the page cache: keep it on node 0's LPDDR, never the GPU's HBM.
         NUMAPolicy = "bind";
         NUMAMask = lib.concatMapStringsSep "," toString top.download.numaNodes;

@@ -5,6 +5,7 @@
   lib,
   python3Packages,
   numactl,
+  rsync,
 }:
 let
   pyproject = lib.importTOML ./pyproject.toml;
@@ -39,12 +40,15 @@ python3Packages.buildPythonApplication {
   # check-only: `station verify` parses the documented header format itself, so the runtime closure
   # holds neither. safetensors' own test suite needs torch (and through it, hundreds of packages):
   # without `doCheck = false` this package's build would build or fetch torch just to run our tests.
-  nativeCheckInputs = with python3Packages; [
-    numpy
-    pytestCheckHook
-    pytest-timeout
-    (safetensors.overridePythonAttrs { doCheck = false; })
-  ];
+  nativeCheckInputs =
+    (with python3Packages; [
+      numpy
+      pytestCheckHook
+      pytest-timeout
+      (safetensors.overridePythonAttrs { doCheck = false; })
+    ])
+    # `station copy`'s tests run a real rsync daemon
+    ++ [ rsync ];
 
   # Pin libnuma so `station numa-exec`/`download` do not depend on the host's loader path.
   makeWrapperArgs = [

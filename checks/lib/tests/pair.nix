@@ -12,6 +12,8 @@ let
       image = h.image;
       model = "/var/lib/vllm-station-models/glm53";
     };
+    # the download user reads the head's shared checkpoint
+    services.vllm-station.download.enable = true;
     services.vllm-station.pair = {
       enable = true;
       inherit role;
@@ -380,7 +382,8 @@ in
       u = config.systemd.services.vllm-station-checkpoint-share;
       conf = config.environment.etc."vllm-station/rsyncd.conf".text;
     in
-    h.eq "rsync daemon on the head's rail address" (h.argv u.serviceConfig.ExecStart) [
+    h.eq "reads as the download user" [ u.serviceConfig.User u.serviceConfig.Group ] [ "vllm-station" "vllm-station" ]
+    ++ h.eq "rsync daemon on the head's rail address" (h.argv u.serviceConfig.ExecStart) [
       "/nix/store/00000000000000000000000000000000-rsync/bin/rsync"
       "--daemon"
       "--no-detach"
@@ -401,6 +404,10 @@ in
     )
     ++ h.eq "the base sandbox" (builtins.intersectAttrs (import ../../../modules/lib/hardening.nix).base u.serviceConfig) (import ../../../modules/lib/hardening.nix).base
   );
+
+  assert-share-needs-the-download-user = h.assertionFails (with' head {
+    services.vllm-station.download.enable = lib.mkForce false;
+  }) "checkpointShare: the head shares the checkpoint its download unit verified";
 
   no-checkpoint-share-on-the-worker = h.check [ worker ] (
     config:

@@ -16,6 +16,7 @@ import socket
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 from vllm_station.entry import simulate
@@ -45,6 +46,24 @@ def rendezvous(host: str, port: int) -> None:
     threading.Thread(target=accept, daemon=True).start()
 
 
+def load_weights(argv: list[str]) -> None:
+    """The model-loading line vLLM 0.32's GPU runner writes per rank (gpu_model_runner.py:5150,
+    `format_gib` rounds to 2 decimals), with this rank's share of the checkpoint's safetensors."""
+    model = Path(argv[0]) if argv and not argv[0].startswith("-") else None
+    if model is None or not model.is_dir():
+        return
+    tp = int(flag(argv, "--tensor-parallel-size", "1"))
+    rank = flag(argv, "--node-rank", "0")
+    size = sum(f.stat().st_size for f in model.glob("*.safetensors"))
+    gib = round(size / tp / 2**30, 2)
+    stamp = time.strftime("%m-%d %H:%M:%S")
+    print(
+        f"(Worker_TP{rank} pid={os.getpid()}) INFO {stamp} [gpu_model_runner.py:5150] "
+        f"Model loading took {gib} GiB memory and 0.500000 seconds",
+        flush=True,
+    )
+
+
 def main(argv: list[str]) -> int:
     print("vllm-serve-args " + json.dumps(argv), flush=True)
     if flag(argv, "--node-rank", "") == "0" and flag(argv, "--master-port", ""):
@@ -52,6 +71,7 @@ def main(argv: list[str]) -> int:
             flag(argv, "--master-addr", "127.0.0.1"),
             int(flag(argv, "--master-port", "0")),
         )
+    load_weights(argv)
     if EXTRA_LOG.is_file():
         print(EXTRA_LOG.read_text(), end="", flush=True)
     if "--headless" in argv:

@@ -466,7 +466,7 @@ def test_revision_mismatch(root: Path, stamp_server: tuple[str, dict[str, Any]])
     result = run_one(root, "pair-revision", config(peerStampUrl=f"{url}/stamp"))
     assert result.status is Status.FAIL
     assert f"revision mismatch: here {REV_A[:12]}, peer {REV_B[:12]}" in result.figure
-    assert "numa-exec --membind 0 -- rsync" in result.fix
+    assert "station copy rsync://" in result.fix
 
 
 def test_same_revision_but_incomplete_sync(root: Path) -> None:

@@ -691,9 +691,9 @@ def pair_revision(ctx: Context) -> CheckResult:
         "peer_stamp_url": pair.peer_stamp_url,
     }
     resync = (
-        "sync the checkpoint from station A "
-        "(`station numa-exec --membind 0 -- rsync -a --delete A:DIR/ DIR/`), "
-        "then `station verify DIR` on the station that changed"
+        "copy the checkpoint from station A again: on station B, `systemctl start "
+        "vllm-station-download-<name>` (its `copyFrom` runs `station copy`, which verifies and stamps), "
+        "or by hand `station copy rsync://A:8730/<name> --dir DIR --revision REV`"
     )
     if local.repo != peer.repo:
         return CheckResult(
