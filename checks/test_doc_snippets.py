@@ -87,3 +87,7 @@ def test_the_operator_snippets_render_the_serving_unit(results: dict[str, Any]) 
     assert "README.md#1" in serving and "README.md#2" in serving, serving
     assert "vllm-station-download-glm53-flash" in results["README.md#1"]["units"], results["README.md#1"]
     assert "vllm-station-pair-beacon" in results["README.md#2"]["units"], results["README.md#2"]
+    # the two-station path by units: A downloads and shares, B copies
+    assert {"vllm-station-download-glm53", "vllm-station-checkpoint-share"} <= set(results["README.md#2"]["units"])
+    assert "vllm-station-download-glm53" in results["README.md#3"]["units"], results["README.md#3"]
+    assert "vllm-station-checkpoint-share" not in results["README.md#3"]["units"]
