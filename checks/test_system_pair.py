@@ -11,6 +11,7 @@ the test (/var/lib/vllm-station/engine.log), which the head's `station nccl-chec
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -45,6 +46,7 @@ def _ip(*args: str) -> None:
 class Pair:
     head: Station
     worker: Station
+    bin_dir: Path  # the station venv's bin/ (what the units' store path holds)
 
 
 def _netns(a: str, b: str) -> None:
@@ -138,7 +140,7 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
         # shim reports this checkpoint's share per rank, as vLLM does), for the head's weights-check
         nccl_lines = (NCCL / "gdrdma.log").read_text().splitlines(keepends=True)
         head.machine.write(ENGINE_LOG, "".join(line for line in nccl_lines if "Model loading" not in line))
-        yield Pair(head, worker)
+        yield Pair(head, worker, bin_dir)
     finally:
         for st in stations:
             for unit in (SERVE, BEACON):
@@ -171,6 +173,16 @@ def _listing(st: Station) -> list[str]:
         ["sh", "-c", f"cd {MODEL_DIR} && find . -type f ! -name .station-verified.json -printf '%p %s\\n'"]
     ).stdout
     return sorted(out.splitlines())
+
+
+def _reverify(st: Station, bin_dir: Path) -> None:
+    """`station verify` as the download unit runs it, after the test changed the checkpoint."""
+    st.machine.run(
+        [str(bin_dir / "station"), "verify", MODEL_DIR, "--repo", "nvidia/GLM-5.3-NVFP4", "--revision",
+         REVISION, "--expect-arch", "GlmMoeDsaForCausalLM", "--expect-quant-algo", "MIXED_PRECISION",
+         "--expect-shards", "50"],
+        timeout=120,
+    )  # fmt: skip
 
 
 def _copy_again(worker: Station) -> subprocess.CompletedProcess[str]:
@@ -212,6 +224,46 @@ def test_the_worker_copies_the_heads_checkpoint_by_unit(pair: Pair) -> None:
     finally:
         head.machine.run(["mv", STAMP + ".kept", STAMP])
     assert _copy_again(worker).returncode == 0, "B verified again for the next tests"
+
+
+def test_an_interrupted_copy_resumes(pair: Pair) -> None:
+    """`systemctl stop` mid-copy keeps the partial file and leaves no stamp; the next start resumes."""
+    head, worker = pair.head, pair.worker
+    big = f"{MODEL_DIR}/extra-weights.bin"  # 24 MiB at the test's 4 MB/s copy limit: ~6 s
+    head.machine.run(["sh", "-c", f"head -c {24 << 20} /dev/urandom > {big} && chown vllm-station: {big}"])
+    try:
+        _reverify(head, pair.bin_dir)
+        m = worker.machine
+        m.systemctl("stop", COPY, check=False)
+        m.systemctl("reset-failed", COPY, check=False)
+        m.run(["sh", "-c", f"rm -rf {MODEL_DIR}/* {MODEL_DIR}/.[!.]*"])
+        m.run(["systemctl", "start", "--no-block", COPY])
+        partial = f"{MODEL_DIR}/.rsync-partial/extra-weights.bin"
+        def copied() -> int:
+            out = m.run(["sh", "-c", f"stat -c %s {MODEL_DIR}/.extra-weights.bin.* {partial} 2>/dev/null"],
+                        check=False).stdout.split()  # fmt: skip
+            return max((int(n) for n in out), default=0)
+
+        worker.wait_for("a third of the big file copied", lambda: copied() >= 8 << 20, 60, interval=0.2)
+        m.systemctl("stop", COPY, check=False, timeout=120)
+        assert m.run(["test", "-e", STAMP], check=False).returncode != 0, "no stamp after an interruption"
+        kept = int(m.run(["stat", "-c", "%s", partial]).stdout)
+        assert 0 < kept < 24 << 20, kept
+        assert "run again to resume" in m.journal(COPY)
+        m.systemctl("reset-failed", COPY, check=False)
+        t0 = time.monotonic()
+        assert m.run(["systemctl", "start", COPY], check=False, timeout=300).returncode == 0, m.journal(COPY)[-3000:]
+        FIGURES.record("pair: copy resumed after stop (s)", round(time.monotonic() - t0, 1))
+        FIGURES.record("pair: bytes kept by the interrupted copy", kept)
+        assert json.loads(m.run(["cat", STAMP]).stdout)["revision"] == REVISION
+        resumed = re.findall(r"resumed ([0-9.,]+ [kMG]?B)", m.journal(COPY))[-1]  # this run's report
+        assert resumed != "0 B", "the second run reused the partial file"
+        FIGURES.record("pair: bytes the resumed copy reused", resumed)
+        assert _listing(worker) == _listing(head)
+    finally:
+        head.machine.run(["rm", "-f", big])
+        _reverify(head, pair.bin_dir)
+        assert _copy_again(worker).returncode == 0, "B verified again for the next tests"
 
 
 def test_the_head_waits_for_the_worker_then_starts_after_it(pair: Pair) -> None:

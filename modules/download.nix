@@ -153,6 +153,13 @@ let
           '';
         };
 
+        copyBandwidthLimit = mkOption {
+          type = types.nullOr (types.strMatching "[0-9]+(\\.[0-9]+)?[KMGkmg]?");
+          default = null;
+          example = "2G";
+          description = "With {option}`copyFrom`: cap the copy's rate (`--bwlimit`, bytes/s with K/M/G), e.g. to share the rail.";
+        };
+
         verifyOnly = mkOption {
           type = types.bool;
           default = false;
@@ -254,6 +261,10 @@ let
         m.model
         "--membind"
         (nodeList m)
+      ]
+      ++ lib.optionals (m.copyBandwidthLimit != null) [
+        "--bwlimit"
+        m.copyBandwidthLimit
       ]
       ++ expectations
     else if m.verifyOnly then

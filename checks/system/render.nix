@@ -58,6 +58,12 @@ let
         "rail-link" "rail-mtu" "rail-peer" "pair-revision"
       ];
     })
+    # The worker's copy from the head is slowed down enough to be interrupted midway (the resume test).
+    {
+      services.vllm-station.download.models = lib.mapAttrs (_: m: {
+        copyBandwidthLimit = lib.mkIf (m.copyFrom != null) "4M";
+      }) first.services.vllm-station.download.models;
+    }
     # Where the test's hub listens (downloads go to a local fake of the Hugging Face Hub API).
     (lib.mkIf (hubEndpoint != "") {
       services.vllm-station.download.models = lib.mapAttrs (_: _: {

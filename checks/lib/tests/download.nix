@@ -333,6 +333,17 @@ in
     ++ h.ok "network first" (lib.elem "network-online.target" (unitOf config).after)
   );
 
+  copy-bandwidth-limit = h.check (with' [ glm ] {
+    services.vllm-station.download.models.glm53 = {
+      copyFrom = "rsync://192.168.100.1:8730/glm53";
+      copyBandwidthLimit = "500M";
+    };
+  }) (config: h.eq "--bwlimit" (h.flagValue "--bwlimit" (h.argv (dsc config).ExecStart)) "500M");
+
+  copy-bandwidth-limit-checked = h.throws (with' [ glm ] {
+    services.vllm-station.download.models.glm53.copyBandwidthLimit = "fast";
+  });
+
   assert-copy-from-needs-revision = h.assertionFails [
     {
       services.vllm-station.download = {
