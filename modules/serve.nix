@@ -13,6 +13,8 @@
 #                     (or `vllm serve …` natively)
 #   ExecStartPost  5. +station wait-ready        not headless: /health answers and a 1-token completion works
 #                  6. +station nccl-check        pair head only: NCCL picked GPUDirect RDMA (pair.nix)
+#                  7. +station weights-check     tensor parallelism: each local rank holds its share of
+#                                                the checkpoint's weights, not all of them (weightsCheck)
 #   ExecStop          -docker|podman stop -t 60  the container is kept: step 3 saves its logs next start
 # systemd owns restarts (Restart=always, RestartSec=60, at most 3 starts an hour), so steps 1–4 run
 # before every start. The container is started by this unit directly, not through
