@@ -9,6 +9,16 @@ exposes::
 and never imports this module. A command's module is imported only when that subcommand runs, so
 `station smoke` never imports matplotlib or cffi and `station --help` imports no command module at all.
 The `station-<command>` scripts are generated from `COMMANDS` by `vllm_station.entry`.
+
+Two ends every command shares are handled here, once:
+
+* Ctrl-C: a KeyboardInterrupt is one line on stderr and exit 130 (`EXIT_INTERRUPTED`). Commands that
+  install their own SIGINT handler (simulate, pair beacon) return 130 themselves.
+* A closed stdout (`station verify --json DIR | head -1`): the BrokenPipeError of a write, or of the
+  flush `main` does before it returns, points stdout (and a closed stderr) at /dev/null, so the
+  interpreter's last flush is silent, and the exit is 141 (`EXIT_BROKEN_PIPE`, 128 + SIGPIPE) without
+  a traceback. Python ignores SIGPIPE, so a socket's EPIPE stays an ordinary error of its command: a
+  BrokenPipeError while stdout is still open is re-raised.
 """
 
 from __future__ import annotations
@@ -16,11 +26,18 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
+import select
 import sys
 from types import ModuleType
+from typing import TYPE_CHECKING, TextIO
 
 from vllm_station import __version__
-from vllm_station.errors import EXIT_INTERRUPTED, EXIT_USAGE, StationError
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
+
+from vllm_station.errors import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, EXIT_USAGE, StationError
 
 log = logging.getLogger("vllm_station")
 
@@ -63,9 +80,21 @@ def load(name: str) -> ModuleType:
         raise CommandUnavailable(f"{module_name} needs a package that is not installed: {exc}") from None
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, except that writing --help or a usage error to a closed stdout is not ignored.
+
+    argparse swallows an OSError of that write; `main` needs the BrokenPipeError to answer 141 whether
+    stdout is buffered or not (PYTHONUNBUFFERED). Subparsers (and a command's own verbs) inherit it.
+    """
+
+    def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
+        if message:
+            (file or sys.stderr).write(message)
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The whole command line; only the subcommand `only` (if any) imports its module for its options."""
-    parser = argparse.ArgumentParser(prog="station", description="vllm-station operator tools")
+    parser = _Parser(prog="station", description="vllm-station operator tools")
     parser.add_argument("--version", action="version", version=f"station {__version__}")
     parser.add_argument("--debug", action="store_true", help="log debug details to stderr")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -77,7 +106,49 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _reader_gone(fd: int) -> bool:
+    """True if `fd` is a pipe or socket whose reading end is closed (poll reports an error or hang-up)."""
+    try:
+        poller = select.poll()
+        poller.register(fd, 0)  # POLLERR and POLLHUP are always reported
+        return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
+    except (OSError, ValueError):
+        return False
+
+
+def _silence(stream: TextIO | None) -> bool:
+    """Point a stream whose reader is gone at /dev/null (the Python docs' recipe for SIGPIPE)."""
+    try:
+        fd = stream.fileno() if stream is not None else -1
+    except (OSError, ValueError):  # io.UnsupportedOperation (a replaced sys.stdout) is both
+        return False
+    if fd < 0:
+        return False
+    if not _reader_gone(fd):
+        return False
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
+    """`station ARGV...`: the exit code. A closed stdout is exit 141, Ctrl-C 130; never a traceback."""
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # here, not at interpreter exit, where a BrokenPipeError is only "ignored"
+        return code
+    except BrokenPipeError:
+        silenced = _silence(sys.stdout)
+        _silence(sys.stderr)  # `2>&1 | head -1`: the message about it would be lost anyway
+        if not silenced:
+            raise  # stdout is fine: a socket's EPIPE that its command did not handle (a bug there)
+        return EXIT_BROKEN_PIPE
+
+
+def _main(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in argv if not a.startswith("-")), None)
     only = command if command in COMMANDS else None

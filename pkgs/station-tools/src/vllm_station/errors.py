@@ -34,4 +34,5 @@ EXIT_FAIL = 1  # the check ran and failed (CheckFailed)
 EXIT_USAGE = 2  # bad arguments or configuration (UsageError; argparse too)
 EXIT_UNREACHABLE = 3  # the endpoint, peer or input could not be reached or read at all (Unreachable)
 EXIT_PENDING = 4  # no verdict yet: the evidence is not there (nccl-check: no NCCL transport line)
-EXIT_INTERRUPTED = 130
+EXIT_INTERRUPTED = 130  # SIGINT (Ctrl-C): 128 + 2, what a shell reports for a process it killed
+EXIT_BROKEN_PIPE = 141  # stdout closed by its reader (`station … | head -1`): 128 + SIGPIPE, like Unix tools

@@ -1,4 +1,4 @@
-"""`station simulate`: options, then serve until SIGINT/SIGTERM; the emitted schedule on exit."""
+"""`station simulate`: serve until SIGTERM (exit 0) or SIGINT (130); the emitted schedule on exit."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 from vllm_station.api import load_api_key
 from vllm_station.bench.sim.config import FAIL_KINDS, SimConfig, parse_fail
 from vllm_station.bench.sim.server import serve
-from vllm_station.errors import UsageError
+from vllm_station.errors import EXIT_INTERRUPTED, EXIT_OK, UsageError
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -88,10 +88,16 @@ async def _run(config: SimConfig, host: str, port: int, stats_file: Path | None)
         flush=True,
     )
     stop = asyncio.Event()
+    received: list[int] = []
+
+    def on_signal(signum: int) -> None:
+        received.append(signum)
+        stop.set()
+
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, on_signal, sig)
     await stop.wait()
     await runner.cleanup()
     stats = sim.stats()
@@ -106,4 +112,4 @@ async def _run(config: SimConfig, host: str, port: int, stats_file: Path | None)
         )
     if stats_file is not None:
         stats_file.write_text(json.dumps(stats, indent=2) + "\n")
-    return 0
+    return EXIT_INTERRUPTED if received and received[0] == signal.SIGINT else EXIT_OK

@@ -1,0 +1,221 @@
+"""The two ends every command shares, handled once in `cli.main`, proven per command on real processes.
+
+* A closed stdout (`station … --json | head -1`): exit 141 (`EXIT_BROKEN_PIPE`), no traceback and no
+  "Exception ignored" on stderr. The reading end is closed before the command starts, so its first
+  write fails every time (a reader that closes after the first bytes races a short output).
+* Ctrl-C (SIGINT to the process group, as a terminal sends it) on the long-running commands: exit 130
+  (`EXIT_INTERRUPTED`) within 5 s, no traceback.
+
+Every process runs in its own session and is killed by process group at teardown.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from conftest import free_port
+from hubserver import make_checkpoint
+
+from vllm_station import cli
+from vllm_station.errors import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, EXIT_OK, EXIT_PENDING
+
+DATA = Path(__file__).resolve().parent / "data"
+NCCL_LOG = str(DATA / "nccl" / "gdrdma.log")
+NCCL_PENDING = str(DATA / "nccl" / "pending_no_nccl.log")
+WEIGHTS_LOG = str(DATA / "weights" / "gpu_tp2_head.log")
+WEIGHTS_PENDING = str(DATA / "weights" / "gpu_tp2_pending.log")
+STOP_WITHIN_S = 5.0
+
+# Per command, a cheap invocation that writes to stdout: a real run where one is quick, else --help.
+# "{ckpt}" is a tiny real checkpoint. Every entry of cli.COMMANDS has one (checked below).
+CLOSED_STDOUT: dict[str, list[list[str]]] = {
+    "smoke": [["smoke", "--help"]],
+    "wait-ready": [["wait-ready", "--help"]],
+    "prestart": [["prestart", "--help"]],
+    "preflight": [["preflight", "--json", "--only", "numa"], ["preflight", "--help"]],
+    "numa-exec": [["numa-exec", "--help"]],
+    "download": [["download", "--help"]],
+    "verify": [["verify", "--json", "{ckpt}"], ["verify", "{ckpt}"]],
+    "bench": [["bench", "--help"]],
+    "simulate": [["simulate", "--help"]],
+    "nccl-check": [["nccl-check", "--json", "--log", NCCL_LOG], ["nccl-check", "--log", NCCL_LOG]],
+    "gate": [["gate", "--help"]],
+    "pair": [["pair", "--help"], ["pair", "beacon", "--help"]],
+    "exec": [["exec", "--help"]],
+    "weights-check": [
+        ["weights-check", "--json", f"--log={WEIGHTS_LOG}", "--checkpoint={ckpt}", "--tensor-parallel-size=2"]
+    ],
+    "copy": [["copy", "--help"]],
+}
+
+
+def _env(unbuffered: bool) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    if unbuffered:
+        env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+@pytest.fixture
+def spawn() -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
+    """Start `python -m vllm_station ARGS` in a new session; every one is killed by group at teardown."""
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(args: list[str], *, stdout: int, unbuffered: bool = False) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "vllm_station", *args],
+            stdin=subprocess.DEVNULL,
+            stdout=stdout,
+            stderr=subprocess.PIPE,
+            env=_env(unbuffered),
+            start_new_session=True,
+        )
+        procs.append(proc)
+        return proc
+
+    yield start
+    for proc in procs:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        if proc.stderr is not None:
+            proc.stderr.close()
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("signals") / "ckpt"
+    make_checkpoint(d, shards=2, tensors_per_shard=2)
+    return d
+
+
+def _clean(stderr: str) -> None:
+    assert "Traceback" not in stderr, stderr
+    assert "Exception ignored" not in stderr, stderr
+
+
+def test_every_command_has_a_closed_stdout_case() -> None:
+    assert set(CLOSED_STDOUT) == set(cli.COMMANDS)
+
+
+CASES = [
+    pytest.param(argv, unbuffered, id=f"{' '.join(argv)}{' unbuffered' if unbuffered else ''}")
+    for name in cli.COMMANDS
+    for i, argv in enumerate(CLOSED_STDOUT.get(name, []))
+    for unbuffered in ((False, True) if i == 0 and name in {"nccl-check", "verify", "smoke"} else (False,))
+]
+
+
+@pytest.mark.parametrize(("argv", "unbuffered"), CASES)
+def test_closed_stdout_is_exit_141_without_traceback(
+    argv: list[str], unbuffered: bool, ckpt: Path, spawn: Callable[..., subprocess.Popen[bytes]]
+) -> None:
+    args = [a.replace("{ckpt}", str(ckpt)) for a in argv]
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first write: `| head -1` at its quickest
+    try:
+        proc = spawn(args, stdout=write_end, unbuffered=unbuffered)
+    finally:
+        os.close(write_end)
+    _, err = proc.communicate(timeout=120)
+    stderr = err.decode(errors="replace")
+    _clean(stderr)
+    assert proc.returncode == EXIT_BROKEN_PIPE, stderr
+
+
+def test_open_stdout_keeps_the_commands_exit_code(spawn: Callable[..., subprocess.Popen[bytes]]) -> None:
+    """The flush `main` adds changes nothing when the reader reads everything (a test that can fail)."""
+    proc = spawn(["nccl-check", "--json", "--log", NCCL_LOG], stdout=subprocess.PIPE)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == EXIT_OK, err
+    assert out.startswith(b"{")
+    proc = spawn(["nccl-check", "--log", NCCL_PENDING], stdout=subprocess.PIPE)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == EXIT_PENDING, err
+
+
+def test_broken_pipe_not_of_stdout_is_not_hidden(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A socket's EPIPE escaping a command is its bug: re-raised, not reported as a closed stdout."""
+    import vllm_station
+
+    (tmp_path / "epipe_cmd.py").write_text(
+        "def configure(parser):\n    pass\n\n"
+        "def run(args):\n    raise BrokenPipeError(32, 'Broken pipe (a socket)')\n"
+    )
+    monkeypatch.setattr(vllm_station, "__path__", [*vllm_station.__path__, str(tmp_path)])
+    monkeypatch.setitem(cli.COMMANDS, "epipe", ("epipe_cmd", "a command whose socket broke"))
+    monkeypatch.delitem(sys.modules, "vllm_station.epipe_cmd", raising=False)
+    with pytest.raises(BrokenPipeError, match="a socket"):
+        cli.main(["epipe"])
+
+
+def _long_running(case: str, ckpt: Path) -> list[str]:
+    dead = free_port()  # nothing listens there
+    argv = {
+        "wait-ready": f"wait-ready --base-url http://127.0.0.1:{dead} --timeout 600 --interval 1",
+        "nccl-check --wait": f"nccl-check --log {NCCL_PENDING} --wait 600 --interval 1",
+        "weights-check --wait": (
+            f"weights-check --log {WEIGHTS_PENDING} --checkpoint {ckpt} --tensor-parallel-size 2 "
+            "--wait 600 --interval 1"
+        ),
+        "simulate": f"simulate --port {free_port()}",
+        "pair beacon": f"pair beacon --bind 127.0.0.1 --port {free_port()} --role head --rank 0",
+        "pair wait-worker": (
+            f"pair wait-worker --url http://127.0.0.1:{dead}/ready --timeout 600 --interval 1 "
+            "--worker-address 127.0.0.1"
+        ),
+    }[case]
+    return argv.split()  # no path here has a space
+
+
+LONG_RUNNING = ["wait-ready", "nccl-check --wait", "weights-check --wait", "simulate", "pair beacon"]
+LONG_RUNNING += ["pair wait-worker"]
+
+
+def _interrupt(proc: subprocess.Popen[bytes], after_s: float = 1.0) -> tuple[int, float, str]:
+    """SIGINT to the process group after `after_s` (Ctrl-C); (exit code, seconds to stop, stderr)."""
+    time.sleep(after_s)
+    assert proc.poll() is None, (proc.returncode, proc.stderr.read() if proc.stderr else b"")
+    os.killpg(proc.pid, signal.SIGINT)
+    t0 = time.monotonic()
+    try:
+        _, err = proc.communicate(timeout=STOP_WITHIN_S)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"still running {STOP_WITHIN_S} s after SIGINT")
+    return int(proc.returncode), time.monotonic() - t0, err.decode(errors="replace")
+
+
+@pytest.mark.parametrize("case", LONG_RUNNING)
+def test_ctrl_c_stops_a_long_running_command_with_130(
+    case: str, ckpt: Path, spawn: Callable[..., subprocess.Popen[bytes]]
+) -> None:
+    proc = spawn(_long_running(case, ckpt), stdout=subprocess.DEVNULL)
+    code, took, stderr = _interrupt(proc, after_s=1.5)
+    _clean(stderr)
+    assert code == EXIT_INTERRUPTED, (took, stderr)
+    assert took < STOP_WITHIN_S
+
+
+def test_ctrl_c_stops_bench_against_a_slow_simulate(spawn: Callable[..., subprocess.Popen[bytes]]) -> None:
+    port = free_port()
+    spawn(["simulate", "--port", str(port), "--ttft", "60"], stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # until it listens
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+            break
+        time.sleep(0.1)
+    argv = f"bench sweep --base-url http://127.0.0.1:{port} -c 1 -n 1 --warmup 0 --no-progress".split()
+    bench = spawn(argv, stdout=subprocess.PIPE)  # its first request waits 60 s for a token
+    code, took, stderr = _interrupt(bench, after_s=2.0)
+    _clean(stderr)
+    assert code == EXIT_INTERRUPTED, (took, stderr)
+    assert took < STOP_WITHIN_S
