@@ -387,3 +387,54 @@ def test_stamp_removed_when_verify_starts(ckpt: Path) -> None:
     report = verify_checkpoint(ckpt)
     assert not report.ok and report.stamp is None
     assert not (ckpt / STAMP_NAME).exists()
+
+
+def test_stamp_that_cannot_be_removed_fails_loudly(ckpt: Path) -> None:
+    """The unlink fails for real: the stamp's path is a non-empty directory. Verify must not claim removal."""
+    stamp = ckpt / STAMP_NAME
+    stamp.mkdir()
+    (stamp / "keep").write_text("x")
+    r = verify_cli(ckpt)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr
+    assert "cannot remove the previous stamp: Is a directory; it still stands" in r.stderr
+    assert f"the old stamp {stamp} could NOT be removed and still stands" in r.stderr
+    assert "any old one is removed" not in r.stderr
+    assert stamp.is_dir()  # nothing was pretended
+
+
+def test_read_only_directory_keeps_a_stale_stamp_and_says_so(
+    ckpt: Path, request: pytest.FixtureRequest
+) -> None:
+    """A good stamp, then a truncated shard, then verify in a directory it cannot write: exit 1 naming the
+    stamp and the error, never "removed". As root, verify runs as uid 65534 (chmod cannot stop root)."""
+    assert verify_checkpoint(ckpt).ok
+    if os.geteuid() == 0:
+        reachable = [d for d in (tempfile.gettempdir(), "/tmp", "/var/tmp") if reachable_by_others(Path(d))]
+        if not reachable:
+            pytest.skip("no temporary directory that uid 65534 can reach ($TMPDIR, /tmp, /var/tmp)")
+        base = Path(tempfile.mkdtemp(prefix="station-verify-ro-", dir=reachable[0]))
+        os.chmod(base, 0o755)
+        request.addfinalizer(lambda: shutil.rmtree(base, ignore_errors=True))
+        ckpt = Path(shutil.copytree(ckpt, base / "ckpt"))
+    with open(ckpt / SHARD2, "r+b") as f:
+        f.truncate(os.path.getsize(ckpt / SHARD2) - 1)
+    os.chmod(ckpt, 0o555)
+    request.addfinalizer(lambda: os.chmod(ckpt, 0o755))
+    if os.geteuid() == 0:
+        code = (
+            "import os, sys\n"
+            "from vllm_station import cli, verify, report, errors\n"
+            "os.setgroups([]); os.setgid(65534); os.setuid(65534)\n"
+            f"sys.exit(cli.main(['verify', {str(ckpt)!r}]))\n"
+        )
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    else:
+        r = station("verify", str(ckpt))
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr
+    stamp = ckpt / STAMP_NAME
+    assert f"{stamp}: cannot remove the previous stamp: Permission denied" in r.stderr
+    assert "could NOT be removed and still stands" in r.stderr
+    assert "any old one is removed" not in r.stderr
+    assert stamp.is_file()

@@ -24,6 +24,7 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import os
+import shlex
 import stat
 import time
 from collections.abc import Callable
@@ -83,6 +84,8 @@ class VerifyReport:
     problems: list[Problem] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     files: list[FileEntry] = field(default_factory=list)
+    # an old stamp verify could not remove: it still stands and still says "verified" (the error follows)
+    stamp_left: str | None = None
 
 
 def list_files(directory: Path) -> tuple[list[FileEntry], list[Problem]]:
@@ -157,7 +160,16 @@ def verify_checkpoint(
             if remove_stamp(directory):
                 log.info("removed the previous stamp %s before verifying", directory / STAMP_NAME)
         except OSError as exc:
-            problems.append(Problem(STAMP_NAME, f"cannot remove the previous stamp: {exc.strerror or exc}"))
+            left = directory / STAMP_NAME
+            report.stamp_left = str(left)
+            problems.append(
+                Problem(
+                    str(left),
+                    f"cannot remove the previous stamp: {exc.strerror or exc}; it still stands and still "
+                    f"says this checkpoint is verified — remove it by hand (rm -r {shlex.quote(str(left))}) "
+                    "before anything starts from this directory",
+                )
+            )
             report.seconds = round(time.monotonic() - started, 3)
             return report
     try:
@@ -343,6 +355,13 @@ def _check_index(
     return shards, weight_map
 
 
+class _HashPool(concurrent.futures.ThreadPoolExecutor):
+    """Leaving on an exception (Ctrl-C) cancels the queued files: only those being hashed finish."""
+
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
+        self.shutdown(wait=True, cancel_futures=exc_type is not None)
+
+
 def _check_hashes(
     directory: Path,
     files: list[FileEntry],
@@ -392,7 +411,7 @@ def _check_hashes(
         return entry, rec, digest, blob
 
     hashed_ok = True
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+    with _HashPool(max_workers=max(1, workers)) as pool:
         futures = [pool.submit(one, item) for item in todo]
         for fut, (entry, _rec) in zip(futures, todo, strict=True):
             try:
@@ -455,8 +474,11 @@ def report_text(report: VerifyReport) -> str:
 
 def failure_message(report: VerifyReport) -> str:
     bad = sorted({p.path for p in report.problems})
+    if report.stamp_left is not None:
+        stamp = f"the old stamp {report.stamp_left} could NOT be removed and still stands"
+    else:
+        stamp = f"no {STAMP_NAME} was written and any old one is removed"
     return (
         f"{report.dir} is NOT verified ({len(report.problems)} problem(s) in {', '.join(bad)}); "
-        f"no {STAMP_NAME} was written and any old one is removed. First: {report.problems[0].path}: "
-        f"{report.problems[0].problem}"
+        f"{stamp}. First: {report.problems[0].path}: {report.problems[0].problem}"
     )
