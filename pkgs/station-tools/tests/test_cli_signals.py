@@ -219,3 +219,16 @@ def test_ctrl_c_stops_bench_against_a_slow_simulate(spawn: Callable[..., subproc
     _clean(stderr)
     assert code == EXIT_INTERRUPTED, (took, stderr)
     assert took < STOP_WITHIN_S
+
+
+def test_verify_hash_pool_drops_queued_files_on_ctrl_c() -> None:
+    """`verify --sha256`: Ctrl-C while files are queued stops after the ones being hashed, not all."""
+    from vllm_station.checkpoint.verification import _HashPool
+
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt), _HashPool(max_workers=2) as pool:
+        futures = [pool.submit(time.sleep, 0.5) for _ in range(40)]  # 10 s of queued work
+        futures[0].result()
+        raise KeyboardInterrupt
+    assert time.monotonic() - t0 < 2.0
+    assert sum(f.cancelled() for f in futures) >= 36
