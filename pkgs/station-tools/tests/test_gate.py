@@ -101,6 +101,26 @@ def test_other_revision_is_refused_with_the_fix(verified: Path, capsys: pytest.C
         ("[]", "not a JSON object (list): not a verify stamp"),
         ('{"version": 2, "files": []}', "unknown stamp version 2 (expected 1)"),
         ('{"version": 1, "revision": "x"}', "no 'files' list"),
+        # hand-written stamps: present, parseable, and not proof of anything
+        ('{"version": 1, "verified_at": "2026-01-01T00:00:00Z", "files": []}', "an empty 'files' list"),
+        ('{"version": 1, "files": [{"path": "config.json", "size": 2}]}', "no 'verified_at' time: None"),
+        (
+            '{"version": 1, "verified_at": "t", "files": [{"path": "config.json"}]}',
+            "files[0] (config.json) has no 'size' in bytes: None",
+        ),
+        ('{"version": 1, "verified_at": "t", "files": ["config.json"]}', "files[0] is not an object"),
+        (
+            '{"version": 1, "verified_at": "t", "files": [{"path": "../x", "size": 1}]}',
+            "files[0] has no relative 'path'",
+        ),
+        (
+            '{"version": 1, "verified_at": "t", "files": [{"path": "/etc/x", "size": 1}]}',
+            "files[0] has no relative 'path' inside the checkpoint: '/etc/x'",
+        ),
+        (
+            '{"version": true, "verified_at": "t", "files": [{"path": "a", "size": 1}]}',
+            "unknown stamp version",
+        ),
         (b"\xff\xfe", "not UTF-8 text"),
     ],
 )
@@ -192,3 +212,41 @@ def test_verify_revision_must_match_the_hash_record(
 def test_usage_errors_exit_2(argv: tuple[str, ...], capsys: pytest.CaptureFixture[str]) -> None:
     assert station(*argv) == 2
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_a_listed_file_missing_is_refused_by_name(verified: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    shard = "model-00002-of-00002.safetensors"
+    (verified / shard).unlink()
+    assert station("gate", "stamp", str(verified), "--revision", REV, "--fix", "FIX") == 1
+    assert gate_line(capsys) == (
+        f"vllm-station: refusing to start: the checkpoint in {verified} changed since it was verified "
+        f"({verified / STAMP_NAME}): {shard} missing; FIX"
+    )
+
+
+def test_a_resized_file_is_refused_by_name(verified: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    shard = "model-00001-of-00002.safetensors"
+    size = (verified / shard).stat().st_size
+    with open(verified / shard, "ab") as f:
+        f.write(b"\0")
+    (verified / "config.json").unlink()
+    (verified / "config.json").mkdir()
+    assert station("gate", "stamp", str(verified), "--fix", "FIX") == 1
+    line = gate_line(capsys)
+    assert "changed since it was verified" in line
+    assert "config.json is not a regular file" in line
+    assert f"{shard} {size + 1} B != {size} B" in line
+    assert line.endswith("; FIX")
+
+
+def test_a_stamp_listing_more_files_than_four_names_three(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    d = tmp_path / "ck"
+    d.mkdir()
+    files = [{"path": f"f{i}", "size": 1} for i in range(5)]
+    (d / STAMP_NAME).write_text(
+        json.dumps({"version": 1, "verified_at": "t", "revision": REV, "files": files})
+    )
+    assert station("gate", "stamp", str(d), "--fix", "FIX") == 1
+    assert gate_line(capsys).endswith("f0 missing; f1 missing; f2 missing (and 2 more); FIX")

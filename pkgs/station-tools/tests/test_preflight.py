@@ -456,12 +456,41 @@ def test_model_files_changed_since_verification(gb300: Path) -> None:
     assert "model-00002-of-00002.safetensors missing" in r.figure
 
 
-@pytest.mark.parametrize("text", ["{", '{"version": 2, "files": []}', '{"version": 1}', "[]"])
-def test_model_garbled_stamp(gb300: Path, text: str) -> None:
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("{", "not valid JSON"),
+        ('{"version": 2, "files": []}', "unknown stamp version 2"),
+        ('{"version": 1}', "no 'files' list"),
+        ("[]", "not a JSON object"),
+        # hand-written: present and parseable, but not what verify writes
+        (f'{{"version": 1, "revision": "{REV}", "verified_at": "t", "files": []}}', "an empty 'files' list"),
+        (f'{{"version": 1, "revision": "{REV}", "files": [{{"path": "a", "size": 1}}]}}', "no 'verified_at'"),
+        (
+            f'{{"version": 1, "revision": "{REV}", "verified_at": "t", "files": [{{"path": "a"}}]}}',
+            "no 'size'",
+        ),
+    ],
+)
+def test_model_garbled_stamp(gb300: Path, text: str, problem: str) -> None:
     (gb300 / "m").mkdir()
+    (gb300 / "m/a").write_bytes(b"x")
     (gb300 / "m/.station-verified.json").write_text(text)
     r = run_one(gb300, "model", modelDir="/m", revision=REV)
-    assert r.status is Status.FAIL and "unreadable" in r.figure
+    assert r.status is Status.FAIL and "unreadable" in r.figure and problem in r.figure, r.figure
+
+
+def test_model_listed_path_replaced_by_a_directory(gb300: Path) -> None:
+    write_stamp(gb300 / "srv/m", revision=REV)
+    shard = gb300 / "srv/m/model-00002-of-00002.safetensors"
+    shard.unlink()
+    shard.mkdir()
+    r = run_one(gb300, "model", modelDir="/srv/m", revision=REV)
+    assert r.status is Status.FAIL
+    assert (
+        "checkpoint changed since verification: model-00002-of-00002.safetensors is not a regular file"
+        in r.figure
+    )
 
 
 # --- disk ----------------------------------------------------------------------------------------

@@ -1,8 +1,9 @@
 """`station gate …`: the serving unit's start gates (`ExecStartPre=station gate …`).
 
 `station gate stamp DIR [--revision REV] [--fix TEXT]`: the checkpoint in DIR carries a valid verify stamp
-(`.station-verified.json`, written by `station verify` only when every check passed) and, with
-`--revision`, the stamp names exactly that revision. Exit 0 with one line on stderr saying what was
+(`.station-verified.json`, written by `station verify` only when every check passed: a complete stamp,
+see `vllm_station.checkpoint.stamp`), with `--revision` the stamp names exactly that revision, and every
+file the stamp lists is still there with its verified size. Exit 0 with one line on stderr saying what was
 verified; exit 1 with one line saying why the start is refused, ending with TEXT (default
 `run: station verify DIR`); exit 2 on bad arguments. The lines start with `vllm-station:` — the unit's
 journal reads as the unit speaking.
@@ -14,7 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from vllm_station.checkpoint.stamp import STAMP_NAME, StampError, StampMissing, read_stamp
+from vllm_station.checkpoint.stamp import STAMP_NAME, StampError, StampMissing, changed_files, read_stamp
 from vllm_station.errors import EXIT_FAIL, EXIT_OK, UsageError
 
 PREFIX = "vllm-station"
@@ -67,6 +68,13 @@ def check_stamp(directory: Path, revision: str | None, fix: str | None) -> tuple
                 f"{refuse} the checkpoint in {directory} is revision {stamp.revision}, "
                 f"expected {revision} ({path}); {fix}"
             )
+    changed = changed_files(stamp, directory)
+    if changed:
+        more = f" (and {len(changed) - 3} more)" if len(changed) > 3 else ""
+        return False, (
+            f"{refuse} the checkpoint in {directory} changed since it was verified ({path}): "
+            f"{'; '.join(changed[:3])}{more}; {fix}"
+        )
     named = f"revision {_short(stamp.revision)}" if stamp.revision else "no revision recorded"
     return True, f"{PREFIX}: checkpoint {directory} verified ({named}, {path})"
 

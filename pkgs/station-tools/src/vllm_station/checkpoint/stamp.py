@@ -8,6 +8,11 @@ or a download starts)::
      "architectures": ["..."], "quant_algo": "NVFP4" | null,
      "files": [{"path": "config.json", "size": 1234, "sha256": "<hex>" | null}, ...]}
 
+Every reader goes through `Stamp.from_json` (`read_stamp` for a file), which accepts only a complete
+stamp: version 1, a `verified_at` time and a non-empty `files` list of relative paths with sizes. A
+stamp says what was verified, not that it is still there: `changed_files` compares its list with the
+directory (`station gate stamp` and preflight's `model` check refuse on any difference).
+
 Readers: `station gate stamp` (the serving unit's start gate), preflight's `model` and `pair-revision`
 checks, and the pair beacon that publishes the stamp to the peer.
 """
@@ -15,8 +20,9 @@ checks, and the pair beacon that publishes the stamp to the peer.
 from __future__ import annotations
 
 import json
+import stat
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from vllm_station.checkpoint.files import now_utc, read_error, write_json_atomic
@@ -78,26 +84,31 @@ class Stamp:
         """A stamp from parsed JSON (a file, or the peer's beacon). Raises StampError."""
         if not isinstance(data, dict):
             raise StampError(where, f"not a JSON object ({type(data).__name__}): not a verify stamp")
-        if data.get("version") != STAMP_VERSION:
+        version = data.get("version")
+        if type(version) is not int or version != STAMP_VERSION:  # `true == 1` in Python: not a version
             raise StampError(
                 where, f"unknown stamp version {data.get('version')!r} (expected {STAMP_VERSION})"
             )
         entries = data.get("files")
         if not isinstance(entries, list):
             raise StampError(where, "no 'files' list: not a complete verify stamp")
+        if not entries:
+            raise StampError(where, "an empty 'files' list: verify never writes one, not a verify stamp")
         files: list[StampFile] = []
         for i, entry in enumerate(entries):
-            if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
-                raise StampError(where, f"files[{i}] is not an object with a 'path'")
-            size = entry.get("size")
-            sha = entry.get("sha256")
-            files.append(
-                StampFile(
-                    path=entry["path"],
-                    size=size if isinstance(size, int) and not isinstance(size, bool) else None,
-                    sha256=sha if isinstance(sha, str) else None,
-                )
-            )
+            if not isinstance(entry, dict):
+                raise StampError(where, f"files[{i}] is not an object with a 'path' and a 'size'")
+            path, size, sha = entry.get("path"), entry.get("size"), entry.get("sha256")
+            if not isinstance(path, str) or not _is_relative_inside(path):
+                raise StampError(where, f"files[{i}] has no relative 'path' inside the checkpoint: {path!r}")
+            if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+                raise StampError(where, f"files[{i}] ({path}) has no 'size' in bytes: {size!r}")
+            if sha is not None and not isinstance(sha, str):
+                raise StampError(where, f"files[{i}] ({path}) has a 'sha256' that is not a string: {sha!r}")
+            files.append(StampFile(path=path, size=size, sha256=sha))
+        verified_at = data.get("verified_at")
+        if not isinstance(verified_at, str) or not verified_at:
+            raise StampError(where, f"no 'verified_at' time: {verified_at!r}; not a verify stamp")
         for key in ("repo", "revision", "verified_at", "quant_algo"):
             if data.get(key) is not None and not isinstance(data[key], str):
                 raise StampError(where, f"'{key}' is not a string: {json.dumps(data[key])[:80]}")
@@ -113,6 +124,32 @@ class Stamp:
             has_revision="revision" in data,
             raw=dict(data),
         )
+
+
+def _is_relative_inside(path: str) -> bool:
+    parts = PurePosixPath(path).parts
+    return bool(parts) and not path.startswith("/") and ".." not in parts
+
+
+def changed_files(stamp: Stamp, directory: Path) -> list[str]:
+    """How the directory differs from the files the stamp lists: each listed file must be there, a
+    regular file of the listed size. One short line per difference ("NAME missing",
+    "NAME 4097 B != 4096 B"); empty when the directory holds what was verified."""
+    changed: list[str] = []
+    for entry in stamp.files:
+        try:
+            st = (directory / entry.path).stat()
+        except FileNotFoundError:
+            changed.append(f"{entry.path} missing")
+            continue
+        except OSError as exc:
+            changed.append(f"{entry.path} {read_error(exc)}")
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            changed.append(f"{entry.path} is not a regular file")
+        elif entry.size is not None and st.st_size != entry.size:
+            changed.append(f"{entry.path} {st.st_size} B != {entry.size} B")
+    return changed
 
 
 def stamp_path(dir_or_file: Path) -> Path:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_station.checkpoint.layout import CONFIG_NAME
-from vllm_station.checkpoint.stamp import STAMP_NAME, StampError, StampMissing, read_stamp
+from vllm_station.checkpoint.stamp import STAMP_NAME, StampError, StampMissing, changed_files, read_stamp
 from vllm_station.host import container as rt
 from vllm_station.host import sysfs
 from vllm_station.host.nvml import GpuInfo, NvmlReport, NvmlUnavailable, read_nvml
@@ -438,16 +438,7 @@ def model(ctx: Context) -> CheckResult:
             f"--revision {cfg.revision} --dir {cfg.model_dir}`) or pin the revision the stamp names",
             details,
         )
-    changed = []
-    for entry in stamp.files:
-        f = directory / entry.path
-        try:
-            size = f.stat().st_size
-        except OSError:
-            changed.append(f"{entry.path} missing")
-            continue
-        if entry.size is not None and size != entry.size:
-            changed.append(f"{entry.path} {size} B != {entry.size} B")
+    changed = changed_files(stamp, directory)
     if changed:
         details["changed"] = changed
         return CheckResult(
