@@ -206,7 +206,7 @@ def test_differential_hypothesis(tmp_path: Path) -> None:
         tally.check(case)
 
     check()
-    tally.report("hypothesis, 150 examples")
+    tally.report("hypothesis, 100 examples")
 
 
 def random_case(rng: random.Random) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +40,7 @@ MAX_DEPTH = 64  # nesting of the header JSON (the library's JSON parser stops at
 U64_LIMIT = 1 << 64  # the library's usize: shapes, offsets and sizes must stay below it
 LOADER_LIMIT = 1 << 63  # numpy's and torch's int64 sizes: a loadable shape stays below it
 MAX_DIMS = 64  # numpy's limit on dimensions
+SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 # bits per element of every dtype the safetensors library (0.8) knows; any other name is refused
 DTYPE_BITS = {
@@ -63,11 +65,13 @@ class ShardError(Exception):
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ShardError(f"header repeats the key {key!r}")
-        out[key] = value
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ShardError(f"header repeats the key {key!r}")
+            seen.add(key)
     return out
 
 
@@ -118,7 +122,8 @@ def _parse(raw: bytes) -> dict[str, Any]:
         raise ShardError("header JSON is nested too deeply") from exc
     if not isinstance(header, dict):
         raise ShardError(f"header is not a JSON object ({type(header).__name__})")
-    _check_values(header)
+    if SURROGATE_ESCAPE.search(raw):  # only a \uD800-\uDFFF escape makes a string that is not text
+        _check_values(header)
     return header
 
 
@@ -134,6 +139,10 @@ def _tensor(name: str, entry: Any) -> TensorInfo | str:
     missing = [k for k in ("dtype", "shape", "data_offsets") if k not in entry]
     if missing:
         return f"tensor {name!r} has no {', '.join(missing)}: {_shown(entry)}"
+    if len(entry) > 3:  # keys the library ignores: only nesting can make them unreadable to it
+        for key, value in entry.items():
+            if key not in ("dtype", "shape", "data_offsets"):
+                _check_values(value, 2)
     dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
     if not isinstance(dtype, str) or dtype not in DTYPE_BITS:
         return f"tensor {name!r} has the unknown dtype {_shown(dtype)} (the safetensors library refuses it)"
