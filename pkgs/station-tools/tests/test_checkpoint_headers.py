@@ -195,7 +195,7 @@ def test_differential_hypothesis(tmp_path: Path) -> None:
     tally = Tally(tmp_path / "model.safetensors")
 
     @settings(
-        max_examples=150,
+        max_examples=80,
         deadline=None,
         database=None,
         derandomize=True,
@@ -206,7 +206,7 @@ def test_differential_hypothesis(tmp_path: Path) -> None:
         tally.check(case)
 
     check()
-    tally.report("hypothesis, 100 examples")
+    tally.report("hypothesis, 80 examples")
 
 
 def random_case(rng: random.Random) -> dict[str, Any]:
