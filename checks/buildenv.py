@@ -48,6 +48,7 @@ PYPI = {
     # build-system
     "setuptools": "setuptools",
     # nativeCheckInputs
+    "hypothesis": "hypothesis",
     "numpy": "numpy",
     "pytest-check-hook": "pytest",  # pytestCheckHook propagates pytest and runs `python -m pytest`
     "pytest-timeout": "pytest-timeout",

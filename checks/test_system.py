@@ -187,28 +187,24 @@ def test_unverified_model_is_refused_by_the_stamp_gate(
     _reset(st)
     m.systemctl("stop", DOWNLOAD, check=False)
     m.systemctl("reset-failed", DOWNLOAD, check=False)
-    # a stamp for another revision: the download is skipped (its condition), the gate refuses, naming both
+    # a real checkpoint verified at another revision: the download is skipped (its condition), the gate
+    # refuses, naming both
     other = "0" * 40
-    m.write(
-        STAMP,
-        json.dumps(
-            {
-                "version": 1, "repo": "nvidia/GLM-5.3-Flash-NVFP4", "revision": other,
-                "verified_at": "2026-11-30T00:00:00Z", "sha256_checked": False,
-                "architectures": ["GlmMoeDsaForCausalLM"], "quant_algo": None, "files": [],
-            }
-        ),
-    )  # fmt: skip
-    assert (
-        m.run(["systemctl", "start", SERVE], check=False, timeout=120).returncode != 0
-    )
-    journal = m.journal(SERVE)
-    assert (
-        f"the checkpoint in {MODEL_DIR} is revision {other}, expected {FLASH_REVISION}"
-        in journal
-    )
-    _reset(st)
-    m.run(["rm", "-f", STAMP])
+    glm_checkpoint(st.work / "var" / MODEL_DIR.removeprefix("/var/"), shards=3, layers=12)
+    try:
+        m.run([str(st.station_bin / "station"), "verify", MODEL_DIR, "--repo", FLASH_REPO, "--revision", other],
+              timeout=120)  # fmt: skip
+        assert (
+            m.run(["systemctl", "start", SERVE], check=False, timeout=120).returncode != 0
+        )
+        journal = m.journal(SERVE)
+        assert (
+            f"the checkpoint in {MODEL_DIR} is revision {other}, expected {FLASH_REVISION}"
+            in journal
+        )
+    finally:
+        _reset(st)
+        m.run(["sh", "-c", f"rm -rf {MODEL_DIR}/* {MODEL_DIR}/.[!.]*"])
 
 
 def test_download_unit_is_bound_to_node_0_and_stamps(flash: Station, hub: Any) -> None:

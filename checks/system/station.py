@@ -167,6 +167,7 @@ class Station:
     ) -> None:
         self.rendered = rendered
         self.netns = netns
+        self.station_bin = station_bin  # the station venv's bin/ (what the units' store path holds)
         self.work = work
         self.name = name
         shutil.rmtree(work, ignore_errors=True)

@@ -42,6 +42,7 @@ python3Packages.buildPythonApplication {
   # without `doCheck = false` this package's build would build or fetch torch just to run our tests.
   nativeCheckInputs =
     (with python3Packages; [
+      hypothesis
       numpy
       pytestCheckHook
       pytest-timeout
