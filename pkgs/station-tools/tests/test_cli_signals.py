@@ -65,6 +65,10 @@ def _env(unbuffered: bool) -> dict[str, str]:
     return env
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.fixture
 def spawn() -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
     """Start `python -m vllm_station ARGS` in a new session; every one is killed by group at teardown."""
@@ -78,6 +82,9 @@ def spawn() -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
             stderr=subprocess.PIPE,
             env=_env(unbuffered),
             start_new_session=True,
+            # Ctrl-C as a terminal delivers it: a test run started in the background (`scripts/check &`,
+            # CI) inherits SIGINT ignored, and Python installs no KeyboardInterrupt handler then.
+            preexec_fn=_default_sigint,
         )
         procs.append(proc)
         return proc

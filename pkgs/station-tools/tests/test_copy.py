@@ -143,12 +143,15 @@ def run_copy(url: str, target: Path, *extra: str, revision: str = COMMIT) -> sub
 def tree(directory: Path) -> dict[str, int]:
     """Every file under directory (rsync's temp and partial files included) but the stamp: path -> size."""
     out: dict[str, int] = {}
-    for p in directory.rglob("*"):
-        try:
-            if p.is_file() and p.name != STAMP_NAME:
-                out[p.relative_to(directory).as_posix()] = p.stat().st_size
-        except OSError:  # renamed away under us by rsync
-            continue
+    # os.walk, not rglob: rsync renames files and removes its partial directory while this runs
+    for root, _dirs, files in os.walk(directory, onerror=lambda _err: None):
+        for name in files:
+            p = Path(root) / name
+            try:
+                if name != STAMP_NAME and p.is_file():
+                    out[p.relative_to(directory).as_posix()] = p.stat().st_size
+            except OSError:  # renamed away under us by rsync
+                continue
     return out
 
 
