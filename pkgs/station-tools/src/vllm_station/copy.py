@@ -37,6 +37,7 @@ from pathlib import Path
 from types import FrameType
 from urllib.parse import urlsplit
 
+from vllm_station import checkpoint_args
 from vllm_station.checkpoint.layout import CONFIG_NAME
 from vllm_station.checkpoint.stamp import (
     STAMP_NAME,
@@ -51,12 +52,10 @@ from vllm_station.checkpoint.verification import (
     VerifyReport,
     failure_message,
     list_files,
-    parse_expectations,
     report_text,
     verify_checkpoint,
 )
 from vllm_station.errors import EXIT_INTERRUPTED, CheckFailed, StationError, Unreachable, UsageError
-from vllm_station.membind import bind_memory
 from vllm_station.report import dump_json
 
 PARTIAL_DIR = ".rsync-partial"
@@ -158,14 +157,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--repo", metavar="REPO", help="recorded in the new stamp (default: A's stamp's repo)"
     )
-    bind = parser.add_mutually_exclusive_group()
-    bind.add_argument(
-        "--membind", default="0", metavar="NODES", help="NUMA nodes for this process and rsync (default 0)"
-    )
-    bind.add_argument("--no-membind", action="store_true", help="do not bind memory (machines without NUMA)")
-    parser.add_argument("--expect-arch", metavar="NAME", help="passed to verify")
-    parser.add_argument("--expect-quant-algo", metavar="ALGO", help="passed to verify")
-    parser.add_argument("--expect-shards", metavar="N", type=int, help="passed to verify")
+    checkpoint_args.add_membind(parser, "this process and rsync")
+    checkpoint_args.add_expectations(parser)
     parser.add_argument(
         "--sha256", action="store_true", help="verify: also compare full sha256 with the copied hash record"
     )
@@ -530,13 +523,13 @@ def compare_with_stamp(directory: Path, stamp: Stamp) -> None:
 def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     # 1. the binding comes first: every page this process and rsync cache from here on lands on these nodes
-    membind = None if args.no_membind else bind_memory(args.membind, "copy")
+    membind = checkpoint_args.membind(args, "copy")
     if membind:
         print(
             f"station copy: memory bound to {membind} (kernel read-back; rsync inherits it)", file=sys.stderr
         )
     source = parse_source(args.source)
-    expect = parse_expectations(args.expect_arch, args.expect_quant_algo, args.expect_shards)
+    expect = checkpoint_args.expectations(args)
     if not args.revision.strip():
         raise UsageError("--revision is empty: give the commit A's stamp records")
     if not 1 <= args.timeout <= 3600:

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vllm_station import checkpoint_args
 from vllm_station.checkpoint.hashes import HashRecord, RecordedFile, read_hash_record, write_hash_record
 from vllm_station.checkpoint.layout import CONFIG_NAME, INDEX_NAME, QUANT_CONFIG_NAME
 from vllm_station.checkpoint.stamp import remove_stamp
@@ -47,12 +48,10 @@ from vllm_station.checkpoint.verification import (
     Expectations,
     VerifyReport,
     failure_message,
-    parse_expectations,
     report_text,
     verify_checkpoint,
 )
 from vllm_station.errors import CheckFailed, StationError, Unreachable, UsageError
-from vllm_station.membind import bind_memory
 from vllm_station.report import dump_json
 
 log = logging.getLogger("vllm_station.download")
@@ -113,14 +112,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="accept a branch/tag: resolve it to a commit now and record it",
     )
-    bind = parser.add_mutually_exclusive_group()
-    bind.add_argument(
-        "--membind", default="0", metavar="NODES", help="NUMA nodes for this process (default 0)"
-    )
-    bind.add_argument("--no-membind", action="store_true", help="do not bind memory (machines without NUMA)")
-    parser.add_argument("--expect-arch", metavar="NAME", help="passed to verify")
-    parser.add_argument("--expect-quant-algo", metavar="ALGO", help="passed to verify")
-    parser.add_argument("--expect-shards", metavar="N", type=int, help="passed to verify")
+    checkpoint_args.add_membind(parser, "this process")
+    checkpoint_args.add_expectations(parser)
     parser.add_argument(
         "--sha256", action="store_true", help="verify: also compare full sha256 with the hub's"
     )
@@ -325,10 +318,10 @@ def run(args: argparse.Namespace) -> int:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminate)
     # 1. the binding comes first: every page this process caches from here on lands on these nodes
-    membind = None if args.no_membind else bind_memory(args.membind, "download")
+    membind = checkpoint_args.membind(args, "download")
     if membind:
         print(f"station download: memory bound to {membind} (kernel read-back)", file=sys.stderr)
-    expect = parse_expectations(args.expect_arch, args.expect_quant_algo, args.expect_shards)
+    expect = checkpoint_args.expectations(args)
     if not COMMIT_RE.fullmatch(args.revision) and not args.allow_branch:
         raise UsageError(
             f"--revision {args.revision!r} is not a 40-hex commit: branches and tags move, so the checkpoint "

@@ -13,11 +13,11 @@ import logging
 import sys
 from pathlib import Path
 
+from vllm_station import checkpoint_args
 from vllm_station.checkpoint.hashes import HASHES_NAME
 from vllm_station.checkpoint.verification import (
     VerifyReport,
     failure_message,
-    parse_expectations,
     report_text,
     verify_checkpoint,
 )
@@ -29,13 +29,7 @@ log = logging.getLogger("vllm_station.verify")
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("dir", metavar="DIR", type=Path, help="checkpoint directory")
-    parser.add_argument(
-        "--expect-arch", metavar="NAME", help="config.json architectures must be [NAME] (A,B: a list)"
-    )
-    parser.add_argument(
-        "--expect-quant-algo", metavar="ALGO", help="quantization_config.quant_algo must be ALGO"
-    )
-    parser.add_argument("--expect-shards", metavar="N", type=int, help="the index must list exactly N shards")
+    checkpoint_args.add_expectations(parser)
     parser.add_argument(
         "--repo", metavar="REPO", help=f"record this repository in the stamp (default: from {HASHES_NAME})"
     )
@@ -77,7 +71,7 @@ def render(report: VerifyReport, json_out: bool) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    expect = parse_expectations(args.expect_arch, args.expect_quant_algo, args.expect_shards)
+    expect = checkpoint_args.expectations(args)
     membind = bind_for_streaming() if args.sha256 else None
     report = verify_checkpoint(
         args.dir,
