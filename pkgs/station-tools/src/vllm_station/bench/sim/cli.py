@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from vllm_station.api import load_api_key
-from vllm_station.bench.sim.config import FAIL_KINDS, SimConfig, parse_fail
+from vllm_station.bench.sim.config import ENGINE_MODES, FAIL_KINDS, SimConfig, parse_fail
 from vllm_station.bench.sim.server import serve
 from vllm_station.errors import EXIT_INTERRUPTED, EXIT_OK, UsageError
 
@@ -41,6 +41,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
+        "--engine",
+        choices=ENGINE_MODES,
+        default="normal",
+        help="wedge: /health 200, /metrics frozen, no token ever; serial: one prefill at a time",
+    )
+    parser.add_argument(
         "--no-tokenize", action="store_true", help="serve no /tokenize (like a non-vLLM server)"
     )
     parser.add_argument(
@@ -68,6 +74,7 @@ def options(args: argparse.Namespace) -> SimConfig:
         seed=args.seed,
         tokenize=not args.no_tokenize,
         api_key=key,
+        engine=args.engine,
     )
 
 

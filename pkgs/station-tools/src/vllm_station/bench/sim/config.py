@@ -11,6 +11,13 @@ Failure injection (`--fail KIND=RATE,...`, seeded): `5xx` (HTTP 500 JSON error b
 (HTTP 400), `truncate` (connection dropped after half the tokens, no terminating chunk), `stall` (role chunk,
 then nothing until the client gives up), `error_event` (an SSE `{"error": …}` event mid-stream, like vLLM's
 GenerationError, then `[DONE]`).
+
+Engine modes (`--engine`, or at run time `POST /sim/engine {"mode": …}`), for `station watchdog`:
+`normal`; `wedge` (vLLM's engine core dead behind a live API server: /health 200, `/metrics` frozen at the
+moment of the wedge with nothing running, no request ever gets a token); `serial` (one engine that
+prefills one request at a time, as vLLM's chunked prefill does with a long prompt: a request waits behind
+a long prefill, counted in `num_requests_waiting`, while `kv_cache_usage_perc` grows with the prefill's
+progress and the token counters move only at its first token, as vLLM's do).
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from vllm_station.errors import UsageError
 MESSAGE_OVERHEAD = 4
 GENERATION_OVERHEAD = 3
 FAIL_KINDS = ("5xx", "4xx", "truncate", "stall", "error_event")
+ENGINE_MODES = ("normal", "wedge", "serial")
 WORD_TEXT = (  # one token each in common BPE/SentencePiece vocabularies
     "the of and to in is it that was for on are as with his they at be this from have or one had by word "
     "but not what all were we when your can said there use an each which she do how their if will up "
@@ -48,6 +56,7 @@ class SimConfig:
     tokenize: bool = True
     api_key: str | None = None
     stall_seconds: float = 300.0
+    engine: str = "normal"  # ENGINE_MODES
 
     def first_token_delay(self, prompt_tokens: int) -> float:
         return self.ttft + self.prefill_per_token * prompt_tokens

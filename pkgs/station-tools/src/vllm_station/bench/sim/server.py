@@ -24,7 +24,14 @@ from typing import Any
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
-from vllm_station.bench.sim.config import FAIL_KINDS, GENERATION_OVERHEAD, WORDS, SimConfig, count_tokens
+from vllm_station.bench.sim.config import (
+    ENGINE_MODES,
+    FAIL_KINDS,
+    GENERATION_OVERHEAD,
+    WORDS,
+    SimConfig,
+    count_tokens,
+)
 
 _ROLE_CHOICE = '{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}'
 
@@ -100,6 +107,11 @@ class Simulator:
         self.running = 0
         self.counters = {"prompt_tokens": 0, "generation_tokens": 0, "success": 0, "ttft_sum": 0.0}
         self.created = int(time.time())
+        self.engine = config.engine  # ENGINE_MODES; POST /sim/engine changes it
+        self.waiting = 0  # serial: requests queued behind the engine
+        self._prefill: tuple[float, float, int] | None = None  # serial: (start, seconds, prompt tokens)
+        self._engine_lock = asyncio.Lock()
+        self._frozen: str | None = None  # wedge: /metrics as it was at the wedge
 
     # ---- application -------------------------------------------------------------------------------
     def app(self) -> web.Application:
@@ -114,6 +126,7 @@ class Simulator:
         app.router.add_get("/metrics", self.metrics)
         app.router.add_get("/sim/stats", self.stats_handler)
         app.router.add_post("/sim/reset", self.reset_handler)
+        app.router.add_post("/sim/engine", self.engine_handler)
         return app
 
     @web.middleware
@@ -161,15 +174,25 @@ class Simulator:
         return web.json_response({"count": n, "max_model_len": self.config.max_model_len, "tokens": tokens})
 
     async def metrics(self, request: web.Request) -> web.Response:
+        if self.engine == "wedge" and self._frozen is not None:
+            return web.Response(text=self._frozen, content_type="text/plain")
+        return web.Response(text=self._metrics_text(self.running), content_type="text/plain")
+
+    def _metrics_text(self, running: int) -> str:
         c = self.counters
         label = f'{{model_name="{self.config.model}"}}'
+        kv = min(1.0, running / 256.0)
+        if self._prefill is not None:  # serial: the KV cache fills as the long prefill advances
+            start, seconds, tokens = self._prefill
+            done = tokens * min(1.0, (time.perf_counter() - start) / seconds) if seconds > 0 else tokens
+            kv = min(1.0, kv + done / self.config.max_model_len)
         lines = [
             "# TYPE vllm:num_requests_running gauge",
-            f"vllm:num_requests_running{label} {self.running}",
+            f"vllm:num_requests_running{label} {running}",
             "# TYPE vllm:num_requests_waiting gauge",
-            f"vllm:num_requests_waiting{label} 0",
+            f"vllm:num_requests_waiting{label} {self.waiting}",
             "# TYPE vllm:kv_cache_usage_perc gauge",
-            f"vllm:kv_cache_usage_perc{label} {min(1.0, self.running / 256.0)}",
+            f"vllm:kv_cache_usage_perc{label} {kv}",
             "# TYPE vllm:prompt_tokens_total counter",
             f"vllm:prompt_tokens_total{label} {c['prompt_tokens']}",
             "# TYPE vllm:generation_tokens_total counter",
@@ -180,7 +203,19 @@ class Simulator:
             f"vllm:time_to_first_token_seconds_sum{label} {c['ttft_sum']}",
             f"vllm:time_to_first_token_seconds_count{label} {c['success']}",
         ]
-        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+        return "\n".join(lines) + "\n"
+
+    async def engine_handler(self, request: web.Request) -> web.Response:
+        mode = (await request.json()).get("mode")
+        if mode not in ENGINE_MODES:
+            return _error(400, "BadRequestError", f"mode must be one of {', '.join(ENGINE_MODES)}")
+        self.set_engine(mode)
+        return web.json_response({"engine": mode})
+
+    def set_engine(self, mode: str) -> None:
+        """wedge: /metrics freezes now, nothing running (what vLLM shows with its engine core dead)."""
+        self._frozen = self._metrics_text(0) if mode == "wedge" else None
+        self.engine = mode
 
     async def stats_handler(self, request: web.Request) -> web.Response:
         stats = self.stats()
@@ -303,6 +338,9 @@ class Simulator:
                 f"This model's maximum context length is {cfg.max_model_len} tokens. However, you requested "
                 f"{n_prompt} tokens in the messages.",
             )
+        if self.engine == "wedge":  # no token ever: held until the client gives up
+            await self._stall(request)
+            return _error(500, "InternalServerError", "simulated wedge: the engine never answered")
         first_due = arrive + cfg.first_token_delay(n_prompt)
         if cfg.jitter > 0:
             first_due = max(arrive, first_due + self.rng.uniform(-cfg.jitter, cfg.jitter))
@@ -323,6 +361,8 @@ class Simulator:
         else:
             pieces = []
         finish = "tool_calls" if tools else ("length" if n >= self._n_requested(body) else "stop")
+        if self.engine == "serial":  # prefill behind whatever the engine prefills now
+            first_due = rec.first_due = await self._serial_prefill(n_prompt, first_due)
         due = self._schedule(first_due, n)
         rid = rec.rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
         self.running += 1
@@ -477,6 +517,20 @@ class Simulator:
             self._count_success(rec, n_prompt, n)
         await resp.write_eof()
         return resp
+
+    async def _serial_prefill(self, n_prompt: int, first_due: float) -> float:
+        self.waiting += 1
+        async with self._engine_lock:
+            self.waiting -= 1
+            start = time.perf_counter()
+            seconds = self.config.first_token_delay(n_prompt)
+            self._prefill = (start, seconds, n_prompt)
+            try:
+                first_due = max(first_due, start + seconds)
+                await self._sleep_until(first_due)
+            finally:
+                self._prefill = None
+        return first_due
 
     async def _stall(self, request: web.Request) -> None:
         deadline = time.perf_counter() + self.config.stall_seconds
