@@ -58,7 +58,8 @@ def test_help_lists_every_command_and_imports_no_command_module() -> None:
         assert f"    {name}" in out.stdout, f"`station --help` does not list {name}"
         assert help_text.split()[0] in out.stdout
     modules = out.stdout.split("MODULES", 1)[1]
-    assert modules.strip() == str(sorted(["vllm_station", "vllm_station.cli", "vllm_station.errors"]))
+    frame = ["vllm_station", "vllm_station.cli", "vllm_station.errors", "vllm_station.redact"]
+    assert modules.strip() == str(sorted(frame))
 
 
 def test_no_command_prints_help_and_exits_2(capsys: pytest.CaptureFixture[str]) -> None:

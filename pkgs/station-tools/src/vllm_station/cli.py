@@ -12,6 +12,7 @@ The `station-<command>` scripts are generated from `COMMANDS` by `vllm_station.e
 
 Two ends every command shares are handled here, once:
 
+* Secrets: stdout and stderr go through `vllm_station.redact` (every registered secret masked).
 * Ctrl-C: a KeyboardInterrupt is one line on stderr and exit 130 (`EXIT_INTERRUPTED`). Commands that
   install their own SIGINT handler (simulate, pair beacon) return 130 themselves.
 * A closed stdout (`station verify --json DIR | head -1`): the BrokenPipeError of a write, or of the
@@ -32,7 +33,7 @@ import sys
 from types import ModuleType
 from typing import TYPE_CHECKING, TextIO
 
-from vllm_station import __version__
+from vllm_station import __version__, redact
 
 if TYPE_CHECKING:
     from _typeshed import SupportsWrite
@@ -135,9 +136,14 @@ def _silence(stream: TextIO | None) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`station ARGV...`: the exit code. A closed stdout is exit 141, Ctrl-C 130; never a traceback."""
+    """`station ARGV...`: the exit code. A closed stdout is exit 141, Ctrl-C 130; never a traceback.
+
+    Everything written to stdout and stderr passes through `vllm_station.redact` (secrets masked).
+    """
+    redact.install()
     try:
         code = _main(argv)
+        redact.finish()
         sys.stdout.flush()  # here, not at interpreter exit, where a BrokenPipeError is only "ignored"
         return code
     except BrokenPipeError:

@@ -23,6 +23,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -39,8 +40,8 @@ from vllm_station.api import (
     ToolCall,
     Usage,
     collect_stream,
-    load_api_key,
 )
+from vllm_station.api.args import add_endpoint_args, endpoint_from_args
 from vllm_station.api.sse import excerpt
 from vllm_station.errors import EXIT_FAIL, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, Unreachable
 
@@ -80,6 +81,7 @@ class SmokeOptions:
     api_key: str | None = field(default=None, repr=False)
     timeout_s: float = 60.0
     tool_choice: str = "auto"
+    ca_file: Path | None = None
 
 
 @dataclass
@@ -406,7 +408,7 @@ def _skipped(names: tuple[str, ...], why: str) -> list[CheckResult]:
 
 def run_smoke(opts: SmokeOptions, client: Callable[[SmokeOptions], ApiClient] | None = None) -> SmokeReport:
     """Run the four checks in order and return the report (never raises ApiError)."""
-    make = client or (lambda o: ApiClient(o.base_url, o.api_key, o.timeout_s))
+    make = client or (lambda o: ApiClient(o.base_url, o.api_key, o.timeout_s, ca_file=o.ca_file))
     checks: list[CheckResult] = []
     model = opts.model
     with make(opts) as api:
@@ -472,19 +474,9 @@ def _display_url(url: str) -> str:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--base-url",
-        required=True,
-        metavar="URL",
-        help="server root or its OpenAI /v1 base URL, e.g. http://127.0.0.1:8000",
-    )
+    add_endpoint_args(parser)
     parser.add_argument(
         "--model", metavar="NAME", help="served model name (default: the single model listed)"
-    )
-    parser.add_argument(
-        "--api-key-file",
-        metavar="FILE",
-        help="file holding the API key (default: $STATION_API_KEY, else $OPENAI_API_KEY, else no key)",
     )
     parser.add_argument(
         "--timeout",
@@ -505,10 +497,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    ep = endpoint_from_args(args)
     opts = SmokeOptions(
         base_url=args.base_url,
         model=args.model,
-        api_key=load_api_key(args.api_key_file),
+        api_key=ep.api_key,
+        ca_file=ep.ca_file,
         timeout_s=args.timeout,
         tool_choice=args.tool_choice,
     )

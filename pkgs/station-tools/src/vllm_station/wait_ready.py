@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vllm_station.api import ApiClient, ApiError, ApiUnreachable, HttpStatusError, load_api_key
+from vllm_station.api.args import add_endpoint_args
 from vllm_station.errors import EXIT_OK, CheckFailed, Unreachable, UsageError
 from vllm_station.polling import Tick, check_seconds, poll
 
@@ -38,6 +39,7 @@ class Options:
     timeout_s: float = 900.0
     interval_s: float = 5.0
     api_key_file: str | None = None
+    ca_file: str | None = None
     watch_pid: int | None = None  # give up as soon as this process is gone (the unit's main process)
 
 
@@ -54,19 +56,13 @@ class Outcome:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--base-url", required=True, help="server root or its /v1 URL, e.g. http://127.0.0.1:8888"
-    )
+    add_endpoint_args(parser, url_help="server root or its /v1 URL, e.g. http://127.0.0.1:8888")
     parser.add_argument(
         "--model", help="served model name to probe (default: the first one /v1/models lists)"
     )
     parser.add_argument("--timeout", type=float, default=900.0, help="give up after this many seconds (900)")
     parser.add_argument(
         "--interval", type=float, default=5.0, help="seconds between probes and progress lines (5)"
-    )
-    parser.add_argument(
-        "--api-key-file",
-        help="file holding the API key (default: $STATION_API_KEY, else $OPENAI_API_KEY, else none)",
     )
     parser.add_argument(
         "--watch-pid",
@@ -148,7 +144,11 @@ def wait(
         return None
 
     with ApiClient(
-        opts.base_url, api_key=key, timeout=MAX_REQUEST_TIMEOUT_S, connect_timeout=min(5.0, opts.interval_s)
+        opts.base_url,
+        api_key=key,
+        timeout=MAX_REQUEST_TIMEOUT_S,
+        connect_timeout=min(5.0, opts.interval_s),
+        ca_file=opts.ca_file,
     ) as api:
         say(f"waiting up to {opts.timeout_s:g} s for {api.root_url} (probe every {opts.interval_s:g} s)")
         polled = poll(
@@ -196,6 +196,7 @@ def run(args: argparse.Namespace) -> int:
         timeout_s=args.timeout,
         interval_s=args.interval,
         api_key_file=args.api_key_file,
+        ca_file=args.ca_file,
         watch_pid=_watch_pid(args.watch_pid),
     )
 

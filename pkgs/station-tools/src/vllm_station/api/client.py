@@ -22,6 +22,7 @@ import json
 import logging
 import os
 import socket
+import ssl
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -43,6 +44,7 @@ from vllm_station.api.errors import (
 from vllm_station.api.models import ChatChunk, ChatResult, ModelInfo, ToolCall, ToolCallDelta, Usage
 from vllm_station.api.sse import excerpt, iter_sse_events
 from vllm_station.errors import UsageError
+from vllm_station.redact import MIN_SECRET_LEN, redact, register
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +53,6 @@ API_KEY_ENV = "STATION_API_KEY"
 API_KEY_ENVS = (API_KEY_ENV, "OPENAI_API_KEY")
 DEFAULT_TIMEOUT_S = 60.0
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
-_MASK = "***"
 
 Message = Mapping[str, Any]
 _P = ParamSpec("_P")
@@ -84,15 +85,27 @@ def split_base_url(url: str) -> tuple[str, str]:
         raise UsageError("--base-url is empty: give the server URL, e.g. http://127.0.0.1:8000")
     if "://" not in text:
         text = "http://" + text
-    parts = urlsplit(text)
+    try:
+        parts = urlsplit(text)
+        password = parts.password
+    except ValueError as exc:  # "http://[::1": an unclosed IPv6 bracket
+        raise UsageError(f"--base-url: not a URL ({exc})") from None
+    if password is not None:  # first, so that no message below can show it
+        register(password)
+        if len(password) < MIN_SECRET_LEN:
+            raise UsageError(
+                f"--base-url: the password in the URL is shorter than {MIN_SECRET_LEN} characters, too short "
+                "to be kept out of output"
+            )
     if parts.scheme not in ("http", "https"):
         raise UsageError(f"--base-url {url!r}: scheme must be http or https")
-    if not parts.hostname:
-        raise UsageError(f"--base-url {url!r}: no host name")
     try:
+        hostname = parts.hostname
         parts.port  # noqa: B018 - raises ValueError on a bad port
     except ValueError:
         raise UsageError(f"--base-url {url!r}: the port is not a number between 0 and 65535") from None
+    if not hostname:
+        raise UsageError(f"--base-url {url!r}: no host name")
     if parts.query or parts.fragment:
         raise UsageError(f"--base-url {url!r}: drop the query string / fragment")
     path = parts.path.rstrip("/")
@@ -140,7 +153,26 @@ def load_api_key(key_file: str | os.PathLike[str] | None, env: Mapping[str, str]
         origin = f"${name}"
     if any(c.isspace() or ord(c) < 0x20 or ord(c) == 0x7F for c in key) or not key.isascii():
         raise ApiKeyError(f"{origin}: the key contains whitespace, control or non-ASCII characters")
+    if len(key) < MIN_SECRET_LEN:
+        raise ApiKeyError(
+            f"{origin}: the key is shorter than {MIN_SECRET_LEN} characters, too short to be kept out of "
+            "output; use a longer one (e.g. `openssl rand -hex 32`)"
+        )
+    register(key)
     return key
+
+
+def tls_context(ca_file: str | os.PathLike[str] | None) -> ssl.SSLContext | bool:
+    """How https is verified: the system's CAs, or only the CA bundle in `ca_file` (`--ca-file`)."""
+    if ca_file is None:
+        return True
+    path = Path(ca_file)
+    try:
+        return ssl.create_default_context(cafile=str(path))
+    except FileNotFoundError:
+        raise UsageError(f"--ca-file {path}: not found") from None
+    except (ssl.SSLError, OSError, ValueError) as exc:
+        raise UsageError(f"--ca-file {path}: not a PEM CA bundle ({exc.__class__.__name__}: {exc})") from None
 
 
 def _root_cause(exc: BaseException) -> BaseException:
@@ -193,6 +225,7 @@ class ApiClient:
         *,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
         transport: httpx.BaseTransport | None = None,
+        ca_file: str | os.PathLike[str] | None = None,
     ) -> None:
         if timeout <= 0:
             raise UsageError(f"--timeout must be positive, got {timeout}")
@@ -200,12 +233,15 @@ class ApiClient:
         self.timeout = float(timeout)
         self.connect_timeout = float(connect_timeout)
         self._key = api_key or None
+        register(self._key)
         netloc = urlsplit(self.root_url).netloc
         self._userinfo = netloc.rpartition("@")[0] + "@" if "@" in netloc else ""
         headers = {"Accept": "application/json", "User-Agent": "vllm-station"}
         if self._key:
             headers["Authorization"] = f"Bearer {self._key}"
-        self._http = httpx.Client(headers=headers, trust_env=False, transport=transport)
+        self._http = httpx.Client(
+            headers=headers, trust_env=False, transport=transport, verify=tls_context(ca_file)
+        )
 
     def __repr__(self) -> str:  # never the key
         return f"ApiClient({self.root_url!r}, api_key={'set' if self._key else None}, timeout={self.timeout})"
@@ -431,12 +467,10 @@ class ApiClient:
                 setattr(err, attr, self._redact(value))
 
     def _redact(self, text: str) -> str:
-        """`text` without the API key (masked) and without user:password@ of the URL."""
+        """`text` without user:password@ of the URL and with every secret masked (`redact`)."""
         if self._userinfo:
             text = text.replace(self._userinfo, "")
-        if self._key:
-            text = text.replace(self._key, _MASK)
-        return text
+        return redact(text)
 
     def _url(self, path: str) -> str:
         return self.root_url + path
@@ -558,6 +592,10 @@ class ApiClient:
                 host = urlsplit(url).hostname
                 msg = f"{at}: cannot resolve host {host!r} (DNS: {root.strerror or root})"
                 return ApiUnreachable(self._redact(msg), kind="dns", url=url)
+            if isinstance(root, ssl.SSLError):
+                detail = getattr(root, "verify_message", None) or root.reason or str(root)
+                msg = f"{at}: TLS handshake failed ({detail}) — a private CA? pass --ca-file FILE"
+                return ApiUnreachable(self._redact(msg), kind="tls", url=url)
             if isinstance(root, ConnectionRefusedError):
                 msg = f"{at}: connection refused — nothing listens there; is vLLM running on that port?"
                 return ApiUnreachable(self._redact(msg), kind="refused", url=url)

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from vllm_station.api.errors import StreamError
+from vllm_station.redact import redact
 
 _FIELDS = frozenset({"data", "event", "id", "retry"})
 
@@ -28,8 +29,9 @@ class SseEvent:
 
 
 def excerpt(text: str, limit: int = 120) -> str:
-    """`text` on one line, shortened to `limit` characters."""
-    flat = " ".join(text.split())
+    """`text` on one line, secrets masked, then shortened to `limit` characters (mask first: a secret
+    crossing the cut must not leave its first characters behind)."""
+    flat = " ".join(redact(text).split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
