@@ -14,6 +14,7 @@ in
     ./host.nix
     ./download.nix
     ./pair.nix
+    ./gateway.nix
   ];
 
   options.services.vllm-station.package = mkOption {

@@ -111,6 +111,7 @@ let
       virtualisation = freeform { };
       hardware = freeform { };
       environment = freeform { };
+      services.nginx = freeform { }; # gateway.nix builds on nixpkgs' nginx
     };
     config = {
       _module.args = { inherit pkgs utils; };

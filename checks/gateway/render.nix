@@ -1,0 +1,82 @@
+# The gateway tests' input: what NixOS renders for checks/examples/gateway-station.nix, as plain data,
+# so that a real nginx can run it (checks/test_gateway*.py). Builds nothing.
+#
+#   nix-instantiate --eval --strict --json checks/gateway/render.nix --argstr nixosTree "$NIXOS_TREE" \
+#     --argstr ports '{"gateway":P,"local":P1,"station-b":P2,"station-c":P3}'
+#
+# Result: { <variant> = { nginxConf; keysUnit; nginxPackage; mimeTypes; failed; warnings; }; … }
+# for the variants below. The example is evaluated as it is plus the test-only definitions (each
+# says why); `round-robin` differs from `example` in `gateway.balancing` (and its port) only.
+{
+  nixosTree ? builtins.getEnv "NIXOS_TREE",
+  system ? builtins.currentSystem,
+  ports,
+}:
+let
+  inherit (import ../nixos/eval.nix { inherit nixosTree; }) lib evalExample;
+  p = builtins.fromJSON ports;
+
+  testOnly =
+    { lib, pkgs, ... }:
+    {
+      services.nginx = {
+        # nginx.conf as text: without building it (gixy and the formatter are not here) …
+        validateConfigFile = false;
+        # … and reachable from the evaluation (environment.etc."nginx/nginx.conf"); the text is the same.
+        enableReload = true;
+        # The nginx here is Debian's 1.22: render what nixpkgs renders for that version (`listen … http2`).
+        package = pkgs.nginxStable.overrideAttrs { version = "1.22.1"; };
+      };
+      services.vllm-station.gateway = {
+        # On a loopback port of the test machine.
+        host = "127.0.0.1";
+        port = p.gateway;
+        # The three stations are `station simulate` instances on loopback ports (names and weights kept).
+        upstreams = lib.mapAttrs (name: _: { address = lib.mkForce "127.0.0.1:${toString p.${name}}"; }) {
+          local = null;
+          station-b = null;
+          station-c = null;
+        };
+        # A key with tiny limits, for the 413 and 429 proofs.
+        keys.limited = {
+          file = "/run/secrets/gateway/limited";
+          limits = {
+            rate = "1r/s";
+            burst = 0;
+            connections = 1;
+            maxBodySize = "1k";
+          };
+        };
+      };
+      # No GPU and no CDI device here (the serving unit is not what these tests run).
+      services.vllm-station.serve.gpuDevices = lib.mkForce [ ];
+    };
+
+  variants = {
+    example = [ ];
+    round-robin = [
+      {
+        services.vllm-station.gateway.balancing = "round-robin";
+        services.vllm-station.gateway.port = lib.mkForce p.gateway-rr; # both can run at once
+      }
+    ];
+  };
+
+  render =
+    extra:
+    let
+      config = (evalExample ([ ../examples/gateway-station.nix testOnly ] ++ extra) system).config;
+      nginx = config.services.nginx;
+      text = s: builtins.unsafeDiscardStringContext s;
+    in
+    {
+      nginxConf = text config.environment.etc."nginx/nginx.conf".source.text;
+      keysUnit = text config.systemd.units."vllm-station-gateway-keys.service".text;
+      nginxPackage = text "${nginx.package}";
+      mimeTypes = text nginx.defaultMimeTypes;
+      stationPackage = text "${config.services.vllm-station.package}";
+      failed = map (a: a.message) (lib.filter (a: !a.assertion) config.assertions);
+      inherit (config) warnings;
+    };
+in
+lib.mapAttrs (_: render) variants

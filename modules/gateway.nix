@@ -1,0 +1,679 @@
+# services.vllm-station.gateway: TLS, API keys, a path allowlist and per-key limits in front of vLLM,
+# and several stations behind one endpoint. Built on nixpkgs' `services.nginx` (a virtual host, its
+# upstreams and http-level maps); no proxy of our own.
+#
+# What this module owns:
+#   services.nginx.virtualHosts.vllm-station-gateway   the endpoint (TLS, allowlist, errors as JSON)
+#   services.nginx.upstreams.vllm_station[_affinity]    the stations (least-conn or round-robin; hash)
+#   services.nginx.commonHttpConfig                     the log format, key/limit maps, limit zones
+#   systemd.services.vllm-station-gateway-keys          runs before nginx (and with each restart of it):
+#       `station gateway keys` turns the API key files (systemd credentials, never in the store) into
+#       the map nginx includes, /run/vllm-station-gateway/keys.map, readable by nginx's user only.
+# nginx's own unit belongs to nixpkgs' module and is not edited: this unit is ordered before it and
+# required by it (`requiredBy`, `before`, `partOf` on this side).
+#
+# A request: `location = <allowlisted path>` refuses a request without a known key (401), then
+# rewrites it to the internal location of its key's limits group, which applies `limit_req`,
+# `limit_conn` and `client_max_body_size`, restores the path and proxies it unbuffered. Every other
+# path is 404. nginx's own errors are OpenAI-style JSON (modules/gateway/errors.json).
+{
+  config,
+  lib,
+  utils,
+  ...
+}:
+let
+  inherit (lib)
+    mkOption
+    mkEnableOption
+    types
+    literalExpression
+    optional
+    optionals
+    optionalString
+    concatMapStringsSep
+    ;
+
+  cfg = config.services.vllm-station.gateway;
+  serve = config.services.vllm-station.serve;
+  nginx = config.services.nginx;
+  station = lib.getExe config.services.vllm-station.package;
+  hardening = import ./lib/hardening.nix;
+  errors = lib.importJSON ./gateway/errors.json;
+
+  # ---- names (this module is their one home; tests read them from the rendered configuration) ----
+  vhost = "vllm-station-gateway";
+  keysUnit = "vllm-station-gateway-keys";
+  runtimeDir = "/run/vllm-station-gateway";
+  keysMap = "${runtimeDir}/keys.map";
+  upstreamAuthMap = "${runtimeDir}/upstream-authorization.map";
+  accessLog = "/var/log/nginx/vllm-station-gateway.log";
+  pool = "vllm_station";
+  affinityPool = "vllm_station_affinity";
+  internalPrefix = "/_vllm_station";
+  keyDirCredential = "keydir"; # LoadCredential of a directory: %d/keydir_<file name>
+
+  loopbacks = [
+    "127.0.0.1"
+    "::1"
+    "[::1]"
+    "localhost"
+  ];
+  isSecretPath = path: path == null || (lib.hasPrefix "/" path && !lib.hasPrefix builtins.storeDir path);
+  validName = name: builtins.match "[A-Za-z0-9_-]{1,64}" name != null;
+
+  # ---- limits: a group per distinct set of limits; keys without their own share "default" ----
+  limitFields = [
+    "rate"
+    "burst"
+    "connections"
+    "maxBodySize"
+  ];
+  limitsOf = key: cfg.limits // lib.filterAttrs (_: v: v != null) (lib.getAttrs limitFields key.limits);
+  groupOf = name: key: if limitsOf key == cfg.limits then "default" else "key-${name}";
+  groups =
+    {
+      default = cfg.limits;
+    }
+    // lib.mapAttrs' (name: key: lib.nameValuePair (groupOf name key) (limitsOf key)) (
+      lib.filterAttrs (name: key: groupOf name key != "default") cfg.keys
+    );
+
+  # ---- upstreams ----
+  upstreamServers = lib.mapAttrs' (
+    _: u:
+    lib.nameValuePair u.address {
+      weight = u.weight;
+      max_fails = cfg.passiveHealth.maxFails;
+      fail_timeout = "${toString cfg.passiveHealth.failTimeout}s";
+    }
+  ) cfg.upstreams;
+  # vLLM's HTTP server closes idle connections after 5 s (VLLM_HTTP_TIMEOUT_KEEP_ALIVE); closing ours
+  # first avoids sending a request on a connection the engine is closing at that moment.
+  upstreamKeepalive = ''
+    keepalive 64;
+    keepalive_timeout 4s;
+  '';
+  sessionVar = "$http_" + lib.replaceStrings [ "-" ] [ "_" ] (lib.toLower cfg.affinity.header);
+  target = if cfg.affinity.header != null then "$vllm_station_pool" else pool;
+
+  # ---- nginx text ----
+  jsonError = code: builtins.toJSON { error = errors.${code} // { param = null; }; };
+  errorLocations = lib.mapAttrs' (
+    code: _:
+    lib.nameValuePair "@vllm_station_${code}" {
+      extraConfig = ''
+        default_type application/json;
+        ${optionalString (code == "401") ''add_header WWW-Authenticate 'Bearer realm="vllm-station"' always;''}
+        ${optionalString (code == "429") "add_header Retry-After 1 always;"}
+        return ${code} '${jsonError code}';
+      '';
+    }
+  ) errors;
+
+  # One JSON object a line; the key's name, never the Authorization header.
+  logFormat = builtins.toJSON {
+    time = "$time_iso8601";
+    request_id = "$request_id";
+    client = "$remote_addr";
+    key = "$vllm_station_key";
+    method = "$request_method";
+    path = "$uri";
+    status = "$status";
+    request_bytes = "$request_length";
+    response_bytes = "$bytes_sent";
+    request_time = "$request_time";
+    upstream = "$upstream_addr";
+    upstream_status = "$upstream_status";
+    upstream_connect_time = "$upstream_connect_time";
+    upstream_header_time = "$upstream_header_time";
+    session = if cfg.affinity.header != null then sessionVar else "";
+  };
+
+  httpConfig = ''
+    # ---- vllm-station gateway (services.vllm-station.gateway) ----
+    log_format vllm_station_gateway escape=json '${logFormat}';
+    # Authorization -> the key's name ("" = no known key). The entries are written at start by
+    # ${keysUnit}.service (station gateway keys): case-sensitive regular expressions.
+    map $http_authorization $vllm_station_key {
+      default "";
+      include ${keysMap};
+    }
+    # The Authorization the stations receive: their own key (upstreamApiKeyFile) or none; never the client's.
+    map $host $vllm_station_upstream_authorization {
+      include ${upstreamAuthMap};
+    }
+    # The key's limits group.
+    map $vllm_station_key $vllm_station_limits {
+      default default;
+    ${lib.concatStrings (
+      lib.mapAttrsToList (name: key: "  ${name} ${groupOf name key};\n") (
+        lib.filterAttrs (name: key: groupOf name key != "default") cfg.keys
+      )
+    )}}
+    ${lib.concatStrings (
+      lib.mapAttrsToList (group: l: ''
+        limit_req_zone $vllm_station_key zone=vllm_station_rate_${group}:1m rate=${l.rate};
+        limit_conn_zone $vllm_station_key zone=vllm_station_conn_${group}:1m;
+      '') groups
+    )}
+    ${optionalString (cfg.affinity.header != null) ''
+      # A request with the session header goes to the station its value hashes to.
+      map ${sessionVar} $vllm_station_pool {
+        "" ${pool};
+        default ${affinityPool};
+      }
+    ''}
+  '';
+
+  proxyConfig = ''
+    proxy_pass http://${target};
+    proxy_http_version 1.1;
+    # Unbuffered both ways of the stream: each SSE chunk leaves as it arrives.
+    proxy_buffering off;
+    proxy_cache off;
+    proxy_set_header Connection "";
+    proxy_set_header Host $host;
+    proxy_set_header Authorization $vllm_station_upstream_authorization;
+    proxy_set_header X-Request-Id $request_id;
+    proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+    proxy_set_header X-Forwarded-Proto $scheme;
+    proxy_connect_timeout ${toString cfg.connectTimeout}s;
+    proxy_send_timeout ${toString cfg.readTimeout}s;
+    proxy_read_timeout ${toString cfg.readTimeout}s;
+    # Another station only when this one could not be reached: a POST that reached an engine is
+    # never sent twice (nginx retries non-idempotent requests only with `non_idempotent`).
+    proxy_next_upstream error timeout;
+    proxy_next_upstream_tries ${toString (lib.length (lib.attrNames cfg.upstreams))};
+  '';
+
+  groupLocations = lib.mapAttrs' (
+    group: l:
+    lib.nameValuePair "^~ ${internalPrefix}/${group}/" {
+      extraConfig = ''
+        internal;
+        client_max_body_size ${l.maxBodySize};
+        limit_req zone=vllm_station_rate_${group}${optionalString (l.burst > 0) " burst=${toString l.burst}"} nodelay;
+        limit_conn vllm_station_conn_${group} ${toString l.connections};
+        rewrite ^${internalPrefix}/${group}(/.*)$ $1 break;
+        ${proxyConfig}
+      '';
+    }
+  ) groups;
+
+  pathLocations = lib.listToAttrs (
+    map (
+      path:
+      lib.nameValuePair "= ${path}" {
+        extraConfig = ''
+          # The body limit is the key's, checked in its group's location (nginx checks a
+          # Content-Length in every location a request passes; 0: not here).
+          client_max_body_size 0;
+          if ($vllm_station_key = "") {
+            return 401;
+          }
+          rewrite ^ ${internalPrefix}/$vllm_station_limits$uri last;
+        '';
+      }
+    ) cfg.paths
+  );
+
+  healthLocation = lib.optionalAttrs cfg.health {
+    "= /health" = {
+      extraConfig = ''
+        access_log off;
+        proxy_pass http://${pool};
+        proxy_http_version 1.1;
+        proxy_set_header Connection "";
+        proxy_set_header Authorization "";
+        proxy_connect_timeout ${toString cfg.connectTimeout}s;
+        proxy_read_timeout 10s;
+        proxy_next_upstream error timeout;
+      '';
+    };
+  };
+
+  serverConfig = ''
+    access_log ${accessLog} vllm_station_gateway;
+    ${concatMapStringsSep "\n" (a: "allow ${a};") cfg.allowFrom}
+    ${optionalString (cfg.allowFrom != [ ]) "deny all;"}
+    limit_req_status 429;
+    limit_conn_status 429;
+    ${lib.concatStrings (lib.mapAttrsToList (code: _: "error_page ${code} = @vllm_station_${code};\n") errors)}
+    ${cfg.extraConfig}
+  '';
+
+  # ---- the keys unit: `station gateway keys` with the credentials systemd loads ----
+  # `%d` (the credentials directory) is systemd's to expand: those arguments are quoted by hand
+  # (escaping would double the `%`); names are restricted to [A-Za-z0-9_-] by an assertion.
+  specifier = arg: "\"${arg}\"";
+  keysCommand = lib.concatStringsSep " " (
+    [
+      (utils.escapeSystemdExecArgs [
+        station
+        "gateway"
+        "keys"
+        "--out"
+        keysMap
+        "--upstream-out"
+        upstreamAuthMap
+      ])
+    ]
+    ++ lib.concatMap (name: [
+      "\"--key\""
+      (specifier "${name}=%d/key-${name}")
+    ]) (lib.attrNames cfg.keys)
+    ++ optionals (cfg.keysDirectory != null) [
+      "\"--key-dir\""
+      (specifier "%d/")
+      "\"--prefix\""
+      (specifier "${keyDirCredential}_")
+    ]
+    ++ optionals (cfg.upstreamApiKeyFile != null) [
+      "\"--upstream-key-file\""
+      (specifier "%d/upstream-key")
+    ]
+  );
+  credentials =
+    lib.mapAttrsToList (name: key: "key-${name}:${key.file}") cfg.keys
+    ++ optional (cfg.keysDirectory != null) "${keyDirCredential}:${cfg.keysDirectory}"
+    ++ optional (cfg.upstreamApiKeyFile != null) "upstream-key:${cfg.upstreamApiKeyFile}";
+
+  # gateway.limits (the defaults) and keys.<name>.limits (null: the default) share one definition.
+  limitsOptions =
+    isDefault:
+    let
+      option =
+        type: default: description:
+        mkOption {
+          type = if isDefault then type else types.nullOr type;
+          default = if isDefault then default else null;
+          inherit description;
+        };
+    in
+    {
+      rate =
+        option (types.strMatching "[0-9]+r/[sm]") "10r/s"
+          "Requests per second (`r/s`) or minute (`r/m`) of one key (`limit_req_zone … rate=`).";
+      burst =
+        option types.ints.unsigned 50
+          "Requests over the rate one key may send at once before it gets 429 (`limit_req … burst= nodelay`).";
+      connections =
+        option types.ints.positive 64
+          "Requests of one key in flight at once (`limit_conn`); more get 429.";
+      maxBodySize = option (types.strMatching "[0-9]+[km]?") "32m" ''
+        Largest request body of one key (`client_max_body_size`); larger ones get 413. The default
+        holds a 1M-token prompt: docs/gateway.md gives the bytes per token measured for prose, code
+        and CJK text, escaped as JSON.
+      '';
+    };
+in
+{
+  options.services.vllm-station.gateway = {
+    enable = mkEnableOption ''
+      the gateway in front of vLLM: nixpkgs' nginx with TLS, API keys, a path allowlist, per-key
+      limits and OpenAI-style errors, balancing over one or more stations'';
+
+    host = mkOption {
+      type = types.str;
+      default = "0.0.0.0";
+      example = "192.168.1.20";
+      description = ''
+        Address the gateway listens on (IPv6 in brackets). Unlike vLLM's, the default is every
+        interface: the gateway is what the network talks to, and it lets nothing through without a key.
+      '';
+    };
+
+    port = mkOption {
+      type = types.port;
+      default = 443;
+      description = "HTTPS port of the gateway.";
+    };
+
+    serverName = mkOption {
+      type = types.str;
+      default = config.networking.fqdnOrHostName;
+      defaultText = literalExpression "config.networking.fqdnOrHostName";
+      example = "llm.example.com";
+      description = "Name clients use (`server_name`; the certificate's name with `tls.acme`).";
+    };
+
+    tls = {
+      acme = mkOption {
+        type = types.bool;
+        default = false;
+        description = ''
+          Get the certificate from an ACME CA (`services.nginx.virtualHosts.<name>.enableACME`;
+          configure `security.acme.acceptTerms` and `security.acme.defaults.email`). Adds a port-80
+          listener for the HTTP-01 challenge that redirects everything else to HTTPS.
+        '';
+      };
+      certificateFile = mkOption {
+        type = types.nullOr types.str;
+        default = null;
+        example = "/var/lib/vllm-station-gateway/fullchain.pem";
+        description = "Certificate chain (PEM), a path outside the Nix store; instead of `acme`.";
+      };
+      keyFile = mkOption {
+        type = types.nullOr types.str;
+        default = null;
+        example = "/var/lib/vllm-station-gateway/key.pem";
+        description = ''
+          Private key (PEM) of `certificateFile`, a path outside the Nix store, readable by nginx's
+          user or group (`services.nginx.group`).
+        '';
+      };
+    };
+
+    keys = mkOption {
+      type = types.attrsOf (
+        types.submodule {
+          options = {
+            file = mkOption {
+              type = types.str;
+              example = "/run/secrets/gateway/alice";
+              description = ''
+                File holding this name's key (one a line: several lines rotate keys). Read at each
+                start of nginx through systemd's `LoadCredential=`; never copied to the Nix store.
+                Keys are 16 to 256 characters of `A-Z a-z 0-9 - . _ ~ + / =`.
+              '';
+            };
+            limits = limitsOptions false;
+          };
+        }
+      );
+      default = { };
+      example = literalExpression ''
+        {
+          alice.file = "/run/secrets/gateway/alice";
+          batch = { file = "/run/secrets/gateway/batch"; limits = { connections = 128; rate = "50r/s"; }; };
+        }
+      '';
+      description = ''
+        API keys by name. The access log records the name, never the key or the `Authorization`
+        header. `limits` overrides `gateway.limits` for this key (null: the default).
+      '';
+    };
+
+    keysDirectory = mkOption {
+      type = types.nullOr types.str;
+      default = null;
+      example = "/run/secrets/gateway-keys";
+      description = ''
+        A directory of key files (name = file name, `A-Z a-z 0-9 _ -`), read at each start like
+        `keys.<name>.file`; its keys get the default `limits`.
+      '';
+    };
+
+    limits = limitsOptions true;
+
+    paths = mkOption {
+      type = types.listOf types.str;
+      default = [
+        "/v1/chat/completions"
+        "/v1/completions"
+        "/v1/models"
+      ];
+      example = [
+        "/v1/chat/completions"
+        "/v1/completions"
+        "/v1/models"
+        "/v1/responses"
+      ];
+      description = ''
+        The only paths the gateway forwards (exact matches, with a key). Everything else — vLLM's
+        `/invocations`, `/pause`, `/resume`, `/tokenize`, `/metrics`, … — is answered 404 by the gateway.
+        Prometheus scrapes `/metrics` on vLLM's loopback port directly.
+      '';
+    };
+
+    health = mkOption {
+      type = types.bool;
+      default = true;
+      description = "Forward `GET /health` without a key (for load balancers and probes; not logged).";
+    };
+
+    allowFrom = mkOption {
+      type = types.listOf types.str;
+      default = [ ];
+      example = [
+        "10.0.0.0/8"
+        "192.168.0.0/16"
+      ];
+      description = "Client addresses allowed (nginx `allow`); others get 403. Empty: any address.";
+    };
+
+    upstreams = mkOption {
+      type = types.attrsOf (
+        types.submodule {
+          options = {
+            address = mkOption {
+              type = types.str;
+              example = "10.0.0.2:8000";
+              description = "`host:port` of a station's vLLM (plain HTTP on a private network or loopback).";
+            };
+            weight = mkOption {
+              type = types.ints.positive;
+              default = 1;
+              description = "Relative share of the requests (nginx `weight=`), for stations of unequal capacity.";
+            };
+          };
+        }
+      );
+      default = lib.optionalAttrs (serve.enable && !serve.headless) {
+        local.address = "127.0.0.1:${toString serve.port}";
+      };
+      defaultText = literalExpression ''{ local.address = "127.0.0.1:''${toString config.services.vllm-station.serve.port}"; }'';
+      description = ''
+        The stations behind the gateway, by name; by default this station's vLLM. Other stations'
+        vLLM listen on a private address with their own `serve.apiKeyFile` (see `upstreamApiKeyFile`).
+      '';
+    };
+
+    balancing = mkOption {
+      type = types.enum [
+        "least-conn"
+        "round-robin"
+      ];
+      default = "least-conn";
+      description = ''
+        How requests are spread: `least-conn` sends each to the station with the fewest requests in
+        flight (weighted), which suits requests of very unequal length; `round-robin` takes turns by weight.
+      '';
+    };
+
+    affinity.header = mkOption {
+      type = types.nullOr types.str;
+      default = null;
+      example = "X-Session-ID";
+      description = ''
+        Requests carrying this header go to the station a consistent hash of its value picks, so a long
+        conversation finds its prefix cache (re-prefilling 1M tokens elsewhere takes minutes); when that
+        station is down they move to the next one on the ring. Requests without it are balanced as usual.
+      '';
+    };
+
+    passiveHealth = {
+      maxFails = mkOption {
+        type = types.ints.positive;
+        default = 1;
+        description = "Failed connections (within `failTimeout`) that take a station out (`max_fails`).";
+      };
+      failTimeout = mkOption {
+        type = types.ints.positive;
+        default = 30;
+        description = "Seconds a failed station stays out before it is tried again (`fail_timeout`).";
+      };
+    };
+
+    connectTimeout = mkOption {
+      type = types.ints.positive;
+      default = 5;
+      description = "Seconds to connect to a station before trying the next one.";
+    };
+
+    readTimeout = mkOption {
+      type = types.ints.positive;
+      default = 3600;
+      description = ''
+        Seconds nginx waits between two reads from a station (`proxy_read_timeout`): the first token
+        of a 1M-token prompt can take minutes of prefill, and a non-streamed answer arrives only at its end.
+      '';
+    };
+
+    upstreamApiKeyFile = mkOption {
+      type = types.nullOr types.str;
+      default = serve.apiKeyFile;
+      defaultText = literalExpression "config.services.vllm-station.serve.apiKeyFile";
+      description = ''
+        File holding the key the gateway sends to the stations (`Authorization: Bearer …`) in place of
+        the client's, loaded at start; null: no `Authorization` header goes to the stations.
+      '';
+    };
+
+    extraConfig = mkOption {
+      type = types.lines;
+      default = "";
+      description = "More nginx directives for the gateway's `server` block.";
+    };
+
+    openFirewall = mkOption {
+      type = types.bool;
+      default = false;
+      description = "Open `port` (and 80 with `tls.acme`) in `networking.firewall.allowedTCPPorts`.";
+    };
+  };
+
+  config = lib.mkIf cfg.enable {
+    assertions = [
+      {
+        assertion = !serve.enable || serve.headless || lib.elem serve.host loopbacks;
+        message = "services.vllm-station.gateway: vLLM listens on ${serve.host}, where clients can bypass the gateway's keys and limits; set services.vllm-station.serve.host = \"127.0.0.1\".";
+      }
+      {
+        assertion = !serve.enable || !serve.openFirewall;
+        message = "services.vllm-station.gateway: the gateway is the station's endpoint; set services.vllm-station.serve.openFirewall = false (and gateway.openFirewall = true).";
+      }
+      {
+        assertion = cfg.keys != { } || cfg.keysDirectory != null;
+        message = "services.vllm-station.gateway: no API keys; declare keys.<name>.file = \"/run/secrets/…\" or keysDirectory.";
+      }
+      {
+        assertion = cfg.tls.acme != (cfg.tls.certificateFile != null && cfg.tls.keyFile != null);
+        message = "services.vllm-station.gateway: TLS needs either tls.acme = true or both tls.certificateFile and tls.keyFile (not both ways).";
+      }
+      {
+        assertion = (cfg.tls.certificateFile == null) == (cfg.tls.keyFile == null);
+        message = "services.vllm-station.gateway: set tls.certificateFile and tls.keyFile together.";
+      }
+      {
+        assertion = lib.all isSecretPath (
+          [
+            cfg.tls.keyFile
+            cfg.keysDirectory
+            cfg.upstreamApiKeyFile
+          ]
+          ++ lib.mapAttrsToList (_: k: k.file) cfg.keys
+        );
+        message = "services.vllm-station.gateway: tls.keyFile, keys.<name>.file, keysDirectory and upstreamApiKeyFile must be absolute paths outside the Nix store (the store is world-readable).";
+      }
+      {
+        assertion = lib.all validName (lib.attrNames cfg.keys);
+        message = "services.vllm-station.gateway: key names are 1-64 characters of A-Z a-z 0-9 _ - (got ${
+          lib.concatStringsSep ", " (lib.filter (n: !validName n) (lib.attrNames cfg.keys))
+        }).";
+      }
+      {
+        assertion = cfg.upstreams != { };
+        message = "services.vllm-station.gateway: no upstreams; enable services.vllm-station.serve on this station or list other stations in gateway.upstreams.";
+      }
+      {
+        assertion = cfg.affinity.header == null || builtins.match "[A-Za-z0-9-]+" cfg.affinity.header != null;
+        message = "services.vllm-station.gateway: affinity.header must be a header name (letters, digits, -), e.g. \"X-Session-ID\".";
+      }
+      {
+        assertion = lib.all (p: builtins.match "/[A-Za-z0-9/_.-]*" p != null && !lib.hasPrefix internalPrefix p) cfg.paths;
+        message = "services.vllm-station.gateway: paths are absolute URL paths (A-Z a-z 0-9 / _ . -), e.g. \"/v1/responses\", and not under ${internalPrefix}.";
+      }
+    ];
+
+    services.nginx = {
+      enable = true;
+      # One process serves every stream; 1,024 connections (nginx's default) is 512 proxied requests.
+      eventsConfig = lib.mkDefault "worker_connections 8192;";
+      appendConfig = "worker_rlimit_nofile 16384;";
+      commonHttpConfig = httpConfig;
+
+      upstreams.${pool} = {
+        servers = upstreamServers;
+        extraConfig =
+          ''
+            zone ${pool} 64k;
+          ''
+          + optionalString (cfg.balancing == "least-conn") "least_conn;\n"
+          + upstreamKeepalive;
+      };
+      upstreams.${affinityPool} = lib.mkIf (cfg.affinity.header != null) {
+        servers = upstreamServers;
+        extraConfig =
+          ''
+            zone ${affinityPool} 64k;
+            hash ${sessionVar} consistent;
+          ''
+          + upstreamKeepalive;
+      };
+
+      virtualHosts.${vhost} = {
+        inherit (cfg) serverName;
+        listen =
+          [
+            {
+              addr = cfg.host;
+              inherit (cfg) port;
+              ssl = true;
+            }
+          ]
+          ++ optional cfg.tls.acme {
+            addr = cfg.host;
+            port = 80;
+          };
+        onlySSL = !cfg.tls.acme;
+        forceSSL = cfg.tls.acme;
+        enableACME = cfg.tls.acme;
+        extraConfig = serverConfig;
+        locations =
+          {
+            "/".return = "404";
+          }
+          // pathLocations
+          // healthLocation
+          // groupLocations
+          // errorLocations;
+      } // lib.optionalAttrs (!cfg.tls.acme && cfg.tls.certificateFile != null) {
+        sslCertificate = cfg.tls.certificateFile;
+        sslCertificateKey = cfg.tls.keyFile;
+      };
+    };
+
+    systemd.services.${keysUnit} = {
+      description = "API keys of the vllm-station gateway, for nginx";
+      before = [ "nginx.service" ];
+      requiredBy = [ "nginx.service" ];
+      # A restart of nginx (key rotation: `systemctl restart nginx`) reads the keys again first.
+      partOf = [ "nginx.service" ];
+      serviceConfig = hardening.base // {
+        Type = "oneshot";
+        RemainAfterExit = true;
+        # The file is nginx's to read (its master process runs as this user) and no one else's.
+        User = nginx.user;
+        Group = nginx.group;
+        RuntimeDirectory = lib.removePrefix "/run/" runtimeDir;
+        RuntimeDirectoryMode = "0700";
+        LoadCredential = credentials;
+        ExecStart = keysCommand;
+      };
+    };
+
+    networking.firewall.allowedTCPPorts = lib.mkIf cfg.openFirewall ([ cfg.port ] ++ optional cfg.tls.acme 80);
+  };
+}
