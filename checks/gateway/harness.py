@@ -74,7 +74,9 @@ class Ports:
         return cls(free_port(), free_port(), {name: free_port() for name in UPSTREAMS})
 
     def json(self) -> str:
-        return json.dumps({"gateway": self.gateway, "gateway-rr": self.gateway_rr, **self.upstreams})
+        return json.dumps(
+            {"gateway": self.gateway, "gateway-rr": self.gateway_rr, **self.upstreams}
+        )
 
 
 def nix_env() -> dict[str, str]:
@@ -82,7 +84,10 @@ def nix_env() -> dict[str, str]:
     cache = Path(env.get("STATION_CACHE", "/opt/vllm-station"))
     if shutil.which("nix-instantiate") is None:
         env["PATH"] = f"{cache / 'nix' / 'bin'}:{env.get('PATH', '')}"
-    env.setdefault("NIX_CONFIG", "experimental-features = nix-command flakes\nflake-registry =\nsubstituters =")
+    env.setdefault(
+        "NIX_CONFIG",
+        "experimental-features = nix-command flakes\nflake-registry =\nsubstituters =",
+    )
     return env
 
 
@@ -102,7 +107,9 @@ def finish_render(proc: subprocess.Popen[str], timeout: float = 600) -> dict[str
     result: dict[str, Any] = json.loads(out)
     for name, variant in result.items():
         if variant["failed"]:
-            raise AssertionError(f"{name}: failed NixOS assertions: {variant['failed']}")
+            raise AssertionError(
+                f"{name}: failed NixOS assertions: {variant['failed']}"
+            )
     return result
 
 
@@ -120,15 +127,24 @@ def exec_argv(unit_text: str, key: str = "ExecStart") -> list[str]:
 
 
 def unit_values(unit_text: str, key: str) -> list[str]:
-    return [line.split("=", 1)[1] for line in unit_text.splitlines() if line.startswith(f"{key}=")]
+    return [
+        line.split("=", 1)[1]
+        for line in unit_text.splitlines()
+        if line.startswith(f"{key}=")
+    ]
 
 
 def generate_tls(directory: Path, names: list[str]) -> tuple[Path, Path, Path]:
     """A test CA and a server certificate for `names` signed by it: (ca.pem, fullchain.pem, key.pem)."""
     directory.mkdir(parents=True, exist_ok=True)
-    ca_key, ca, key, csr, cert = (directory / n for n in ("ca.key", "ca.pem", "key.pem", "req.csr", "fullchain.pem"))
+    ca_key, ca, key, csr, cert = (
+        directory / n
+        for n in ("ca.key", "ca.pem", "key.pem", "req.csr", "fullchain.pem")
+    )
     ext = directory / "san.cnf"
-    san = ",".join(f"IP:{n}" if re.fullmatch(r"[0-9.]+", n) else f"DNS:{n}" for n in names)
+    san = ",".join(
+        f"IP:{n}" if re.fullmatch(r"[0-9.]+", n) else f"DNS:{n}" for n in names
+    )
     ext.write_text(f"subjectAltName={san}\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature\n"
                    "extendedKeyUsage=serverAuth\n")  # fmt: skip
 
@@ -156,7 +172,9 @@ def map_conf(text: str, rendered: dict[str, Any], paths: dict[str, Path]) -> str
             text = text.replace(f"{store_path}/{rel}", real)
     left = sorted(set(STORE_PATH.findall(text)))
     if left:
-        raise UnmappedPath(f"nginx.conf names store paths with no stand-in here: {left} (add to PACKAGE_FILES)")
+        raise UnmappedPath(
+            f"nginx.conf names store paths with no stand-in here: {left} (add to PACKAGE_FILES)"
+        )
     for prefix, target in paths.items():
         text = text.replace(prefix, f"{target}/")
     return text
@@ -165,12 +183,23 @@ def map_conf(text: str, rendered: dict[str, Any], paths: dict[str, Path]) -> str
 class Upstreams:
     """Three `station simulate` processes on the rendered upstream ports (args per upstream name)."""
 
-    def __init__(self, ports: Ports, args: dict[str, list[str]], api_key_file: Path | None) -> None:
+    def __init__(
+        self, ports: Ports, args: dict[str, list[str]], api_key_file: Path | None
+    ) -> None:
         from vllm_station.bench.sim.process import SimProcess
 
         key = ["--api-key-file", str(api_key_file)] if api_key_file else []
         self.sims = {
-            name: SimProcess([*args.get(name, []), "--model", "sim", *key, "--port", str(ports.upstreams[name])])
+            name: SimProcess(
+                [
+                    *args.get(name, []),
+                    "--model",
+                    "sim",
+                    *key,
+                    "--port",
+                    str(ports.upstreams[name]),
+                ]
+            )
             for name in UPSTREAMS
         }
         self.ports = ports
@@ -192,7 +221,9 @@ class Upstreams:
             sim.__exit__()
 
     def by_address(self) -> dict[str, str]:
-        return {f"127.0.0.1:{port}": name for name, port in self.ports.upstreams.items()}
+        return {
+            f"127.0.0.1:{port}": name for name, port in self.ports.upstreams.items()
+        }
 
 
 class Gateway:
@@ -244,14 +275,20 @@ class Gateway:
         argv[0] = str(Path(sys.executable).parent / "station")
         out = []
         for a in argv[1:]:
-            a = a.replace("%%", "\0").replace("%d/", f"{self.creds}/").replace("\0", "%")
+            a = (
+                a.replace("%%", "\0")
+                .replace("%d/", f"{self.creds}/")
+                .replace("\0", "%")
+            )
             out.append(a.replace("/run/vllm-station-gateway/", f"{self.run_dir}/"))
         return [argv[0], *out]
 
     def run_keys(self) -> subprocess.CompletedProcess[str]:
         self.run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.load_credentials()
-        proc = subprocess.run(self.keys_argv(), capture_output=True, text=True, timeout=60, check=False)
+        proc = subprocess.run(
+            self.keys_argv(), capture_output=True, text=True, timeout=60, check=False
+        )
         self.keys_stderr = proc.stdout + proc.stderr
         return proc
 
@@ -277,20 +314,29 @@ class Gateway:
     def __enter__(self) -> Self:
         keys = self.run_keys()
         if keys.returncode != 0:
-            raise AssertionError(f"station gateway keys failed ({keys.returncode}): {self.keys_stderr}")
+            raise AssertionError(
+                f"station gateway keys failed ({keys.returncode}): {self.keys_stderr}"
+            )
         self.write_conf()
         test = subprocess.run([NGINX, "-t", "-c", str(self.conf)], capture_output=True, text=True, timeout=60,
                               check=False)  # fmt: skip
         if test.returncode != 0:
-            raise AssertionError(f"nginx -t refused the rendered configuration:\n{test.stderr}")
+            raise AssertionError(
+                f"nginx -t refused the rendered configuration:\n{test.stderr}"
+            )
         with self.stderr.open("wb") as err:
             self.proc = subprocess.Popen([NGINX, "-c", str(self.conf)], stdout=err, stderr=err,
                                          start_new_session=True)  # fmt: skip
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise AssertionError(f"nginx exited {self.proc.returncode}: {self.stderr.read_text()}")
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                raise AssertionError(
+                    f"nginx exited {self.proc.returncode}: {self.stderr.read_text()}"
+                )
+            with (
+                contextlib.suppress(OSError),
+                socket.create_connection(("127.0.0.1", self.port), timeout=1),
+            ):
                 return self
             time.sleep(0.05)
         self.__exit__()
@@ -318,11 +364,18 @@ class Gateway:
         """The access log's JSON lines (nginx writes each when its request ends)."""
         if not self.access_log_path.exists():
             return []
-        return [json.loads(line) for line in self.access_log_path.read_text().splitlines() if line.strip()]
+        return [
+            json.loads(line)
+            for line in self.access_log_path.read_text().splitlines()
+            if line.strip()
+        ]
 
     def logs_text(self) -> str:
         """Everything nginx and the keys step wrote: the access log, nginx's stderr (its error log)."""
-        parts = [self.keys_stderr, self.stderr.read_text() if self.stderr.exists() else ""]
+        parts = [
+            self.keys_stderr,
+            self.stderr.read_text() if self.stderr.exists() else "",
+        ]
         for f in sorted(self.log_dir.iterdir()):
             parts.append(f.read_text())
         return "\n".join(parts)
@@ -332,7 +385,9 @@ def new_key(prefix: str) -> str:
     return f"sk-{prefix}-{secrets.token_urlsafe(24)}"
 
 
-def chat_body(words: int = 8, max_tokens: int = 8, stream: bool = False) -> dict[str, Any]:
+def chat_body(
+    words: int = 8, max_tokens: int = 8, stream: bool = False
+) -> dict[str, Any]:
     return {
         "model": "sim",
         "messages": [{"role": "user", "content": " ".join(["word"] * words)}],
