@@ -43,6 +43,7 @@ PYPI = {
     "cffi": "cffi",
     "httpx": "httpx",
     "huggingface-hub": "huggingface-hub",
+    "jsonschema": "jsonschema",
     "matplotlib": "matplotlib",
     "nvidia-ml-py": "nvidia-ml-py",
     # build-system

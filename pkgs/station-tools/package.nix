@@ -32,6 +32,7 @@ python3Packages.buildPythonApplication {
     cffi
     httpx
     huggingface-hub
+    jsonschema
     matplotlib
     nvidia-ml-py
   ];

@@ -13,6 +13,7 @@ from pathlib import Path
 from vllm_station.api import load_api_key
 from vllm_station.bench.sim.config import ENGINE_MODES, FAIL_KINDS, SimConfig, parse_fail
 from vllm_station.bench.sim.server import serve
+from vllm_station.bench.sim.tools import MODES as GATES_MODES
 from vllm_station.errors import EXIT_INTERRUPTED, EXIT_OK, UsageError
 
 
@@ -50,6 +51,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--no-tokenize", action="store_true", help="serve no /tokenize (like a non-vLLM server)"
     )
     parser.add_argument(
+        "--gates",
+        choices=GATES_MODES,
+        default=None,
+        help="answer station gates' requests like a correct deployment (reference) or through one "
+        "serving fault (docs/gates.md)",
+    )
+    parser.add_argument(
         "--api-key-file", type=Path, default=None, help="require the bearer key in this file on /v1"
     )
     parser.add_argument(
@@ -75,6 +83,7 @@ def options(args: argparse.Namespace) -> SimConfig:
         tokenize=not args.no_tokenize,
         api_key=key,
         engine=args.engine,
+        gates=args.gates,
     )
 
 

@@ -57,6 +57,7 @@ class SimConfig:
     api_key: str | None = None
     stall_seconds: float = 300.0
     engine: str = "normal"  # ENGINE_MODES
+    gates: str | None = None  # None, or `tools.MODES`: answer the quality gates (reference or one fault)
 
     def first_token_delay(self, prompt_tokens: int) -> float:
         return self.ttft + self.prefill_per_token * prompt_tokens

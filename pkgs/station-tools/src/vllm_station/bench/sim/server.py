@@ -32,6 +32,7 @@ from vllm_station.bench.sim.config import (
     SimConfig,
     count_tokens,
 )
+from vllm_station.bench.sim.tools import GatesModel
 
 _ROLE_CHOICE = '{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}'
 
@@ -112,6 +113,8 @@ class Simulator:
         self._prefill: tuple[float, float, int] | None = None  # serial: (start, seconds, prompt tokens)
         self._engine_lock = asyncio.Lock()
         self._frozen: str | None = None  # wedge: /metrics as it was at the wedge
+        # station gates' answers (reference or one serving fault), see tools.py
+        self.gates = GatesModel(config.gates, config.max_model_len) if config.gates else None
 
     # ---- application -------------------------------------------------------------------------------
     def app(self) -> web.Application:
@@ -361,6 +364,9 @@ class Simulator:
         else:
             pieces = []
         finish = "tool_calls" if tools else ("length" if n >= self._n_requested(body) else "stop")
+        gates = self.gates.answer(body, n_prompt) if self.gates is not None and chat else None
+        if gates is not None:
+            pieces, finish, n = gates.deltas, gates.finish_reason, len(gates.deltas)
         if self.engine == "serial":  # prefill behind whatever the engine prefills now
             first_due = rec.first_due = await self._serial_prefill(n_prompt, first_due)
         due = self._schedule(first_due, n)
@@ -368,7 +374,8 @@ class Simulator:
         self.running += 1
         try:
             if not stream:
-                return await self._respond_whole(rec, body, rid, due, n_prompt, pieces, finish, chat)
+                message = gates.message if gates is not None else None
+                return await self._respond_whole(rec, body, rid, due, n_prompt, pieces, finish, chat, message)
             return await self._respond_stream(request, rec, body, rid, due, n_prompt, pieces, finish, chat)
         finally:
             self.running -= 1
@@ -386,6 +393,7 @@ class Simulator:
         pieces: list[dict[str, Any]],
         finish: str,
         chat: bool,
+        gates_message: dict[str, Any] | None = None,
     ) -> web.Response:
         await self._sleep_until(due[-1])
         now = time.perf_counter()
@@ -408,7 +416,9 @@ class Simulator:
                 {**base, "object": "text_completion", "choices": [choice_c], "usage": usage}
             )
         message: dict[str, Any] = {"role": "assistant", "content": None if pieces else text}
-        if pieces:
+        if gates_message is not None:
+            message = gates_message
+        elif pieces:
             call = pieces[0]["tool_calls"][0]
             args = "".join(p["tool_calls"][0]["function"].get("arguments", "") for p in pieces)
             message["tool_calls"] = [
