@@ -198,7 +198,7 @@ def test_beacon_without_stamp_says_so(beacons: list[Beacon], tmp_path: Path) -> 
         (["--role", "worker", "--rank", "0"], 2, "--role worker runs rank 1, but --rank is 0"),
         (["--role", "both", "--rank", "0"], 2, "invalid choice"),
         (["--role", "head", "--rank", "0", "--bind", "192.0.2.7"], 2, "is not an address of this host"),
-        (["--role", "head", "--rank", "0", "--port", "70000"], 2, "a port is 1-65535"),
+        (["--role", "head", "--rank", "0", "--port", "70000"], 2, "must be a port number from 1 to 65535"),
     ],
 )
 def test_beacon_usage_errors(
@@ -291,9 +291,9 @@ def test_wait_worker_nothing_answers_is_exit_3(host: str, capsys: pytest.Capture
     ("argv", "message"),
     [
         (["--url", "ftp://127.0.0.2/ready"], "--url must be an http(s) URL"),
-        (["--timeout", "0"], "--timeout must be positive"),
-        (["--timeout", "nan"], "--timeout must be positive"),
-        (["--interval", "-1"], "--interval must be positive"),
+        (["--timeout", "0"], "--timeout: must be a number of seconds from more than 0"),
+        (["--timeout", "nan"], "--timeout: must be a number of seconds"),
+        (["--interval", "-1"], "--interval: must be a number of seconds"),
     ],
 )
 def test_wait_worker_usage_errors(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -467,7 +467,7 @@ def test_wait_head_stop_usage_errors(capsys: pytest.CaptureFixture[str]) -> None
     base = ["pair", "wait-head-stop", "--head", HEAD, "--interval", "1", "--unit", "u"]
     assert main([*base, "--port", "0", "--timeout", "1"]) == 2
     assert main([*base, "--port", "29500", "--timeout", "-1"]) == 2
-    assert "--timeout must be 0 or more seconds" in capsys.readouterr().err
+    assert "--timeout: must be a number of seconds from 0 to" in capsys.readouterr().err
     assert main(["pair"]) == 2
 
 

@@ -158,8 +158,8 @@ def test_models_listed_model_is_used(capsys: pytest.CaptureFixture[str]) -> None
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (["--interval", "0"], "--interval must be positive"),
-        (["--timeout", "-1"], "--timeout must be positive"),
+        (["--interval", "0"], "--interval: must be a number of seconds"),
+        (["--timeout", "-1"], "--timeout: must be a number of seconds"),
         (["--api-key-file", "/nonexistent/key"], "not found"),
     ],
 )
@@ -195,4 +195,4 @@ def test_server_process_exit_ends_the_wait(
 
 def test_watch_pid_must_be_a_pid(capsys: pytest.CaptureFixture[str]) -> None:
     rc = main(["wait-ready", "--base-url", "http://127.0.0.1:1", "--watch-pid", "0"])
-    assert rc == 2 and "--watch-pid must be a process id" in capsys.readouterr().err
+    assert rc == 2 and "--watch-pid: must be a whole number from 1" in capsys.readouterr().err

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from vllm_station import argtypes
 from vllm_station.checkpoint.verification import Expectations, parse_expectations
 from vllm_station.membind import bind_memory
 
@@ -16,7 +17,12 @@ def add_expectations(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--expect-quant-algo", metavar="ALGO", help="quantization_config.quant_algo must be ALGO"
     )
-    parser.add_argument("--expect-shards", metavar="N", type=int, help="the index must list exactly N shards")
+    parser.add_argument(
+        "--expect-shards",
+        metavar="N",
+        type=argtypes.count(hi=1_000_000),
+        help="the index must list exactly N shards",
+    )
 
 
 def expectations(args: argparse.Namespace) -> Expectations:

@@ -37,7 +37,7 @@ from pathlib import Path
 from types import FrameType
 from urllib.parse import urlsplit
 
-from vllm_station import checkpoint_args
+from vllm_station import argtypes, checkpoint_args
 from vllm_station.checkpoint.layout import CONFIG_NAME
 from vllm_station.checkpoint.stamp import (
     STAMP_NAME,
@@ -163,7 +163,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--sha256", action="store_true", help="verify: also compare full sha256 with the copied hash record"
     )
     parser.add_argument(
-        "--timeout", type=float, default=30.0, metavar="S",
+        "--timeout", type=argtypes.seconds(), default=30.0, metavar="S",
         help="seconds to connect to A's daemon, and the most rsync may go without data (default 30)",
     )  # fmt: skip
     parser.add_argument(

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from vllm_station import polling
+from vllm_station import argtypes, polling
 from vllm_station.errors import EXIT_FAIL, EXIT_OK, EXIT_PENDING, UsageError
 from vllm_station.host.journal import decode, read_log_file, read_unit
 from vllm_station.report import dump_json
@@ -558,12 +558,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log", metavar="FILE", help="read this log file (e.g. a saved container log)")
     parser.add_argument(
         "--wait",
-        type=float,
+        type=argtypes.seconds(zero_ok=True),
         metavar="SECONDS",
         help="poll until the verdict is final (a FAIL, or PASS/WARN with 'Connected all rings') "
         "or the time is up",
     )
-    parser.add_argument("--interval", type=float, default=5.0, help="seconds between polls with --wait (5)")
+    parser.add_argument(
+        "--interval",
+        type=argtypes.seconds(hi=3600),
+        default=5.0,
+        help="seconds between polls with --wait (5)",
+    )
     parser.add_argument(
         "--require-gdr",
         action="store_true",

@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from vllm_station import argtypes
 from vllm_station.errors import EXIT_FAIL, EXIT_OK, StationError, UsageError
 from vllm_station.host import container as rt
 from vllm_station.host.sysfs import (
@@ -81,16 +82,22 @@ class PrestartReport:
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--gpu-node", type=int, default=1, help="NUMA node holding the GPU memory (default 1)"
+        "--gpu-node",
+        type=argtypes.count(lo=0, hi=1023),
+        default=1,
+        help="NUMA node holding the GPU memory (default 1)",
     )
     parser.add_argument(
         "--max-file-pages-gib",
-        type=float,
+        type=argtypes.number(float, lo=0.0, hi=1_000_000.0),
         default=4.0,
         help="refuse the start above this much page cache (GiB)",
     )
     parser.add_argument(
-        "--settle-seconds", type=float, default=2.0, help="wait up to this long after the drop (default 2)"
+        "--settle-seconds",
+        type=argtypes.seconds(zero_ok=True, hi=3600),
+        default=2.0,
+        help="wait up to this long after the drop (default 2)",
     )
     parser.add_argument("--no-drop", action="store_true", help="do not write drop_caches (read only)")
     parser.add_argument("--root", type=Path, default=Path("/"), help="filesystem root for /sys and /proc")
@@ -101,7 +108,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--container", default="vllm-station", help="container whose logs are kept")
     parser.add_argument("--log-dir", type=Path, default=Path("/var/log/vllm-station"))
-    parser.add_argument("--keep-logs", type=int, default=20, help="saved container logs to keep (default 20)")
+    parser.add_argument(
+        "--keep-logs",
+        type=argtypes.count(hi=100_000),
+        default=20,
+        help="saved container logs to keep (default 20)",
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
 

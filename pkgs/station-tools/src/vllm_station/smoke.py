@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from vllm_station import report
+from vllm_station import argtypes, report
 from vllm_station.api import (
     ApiClient,
     ApiError,
@@ -480,7 +480,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--timeout",
-        type=float,
+        type=argtypes.seconds(),
         default=60.0,
         metavar="S",
         help="seconds allowed for each request, streams included (default 60)",

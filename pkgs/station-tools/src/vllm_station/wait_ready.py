@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from vllm_station import argtypes
 from vllm_station.api import ApiClient, ApiError, ApiUnreachable, HttpStatusError, load_api_key
 from vllm_station.api.args import add_endpoint_args
 from vllm_station.errors import EXIT_OK, CheckFailed, Unreachable, UsageError
@@ -60,13 +61,21 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model", help="served model name to probe (default: the first one /v1/models lists)"
     )
-    parser.add_argument("--timeout", type=float, default=900.0, help="give up after this many seconds (900)")
     parser.add_argument(
-        "--interval", type=float, default=5.0, help="seconds between probes and progress lines (5)"
+        "--timeout",
+        type=argtypes.seconds(hi=argtypes.WEEK),
+        default=900.0,
+        help="give up after this many seconds (900)",
+    )
+    parser.add_argument(
+        "--interval",
+        type=argtypes.seconds(hi=3600),
+        default=5.0,
+        help="seconds between probes and progress lines (5)",
     )
     parser.add_argument(
         "--watch-pid",
-        type=int,
+        type=argtypes.count(hi=4_194_304),
         help="stop waiting when this process exits (default: $MAINPID, which systemd sets for ExecStartPost)",
     )
 

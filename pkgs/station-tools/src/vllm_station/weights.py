@@ -41,7 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vllm_station import polling
+from vllm_station import argtypes, polling
 from vllm_station.checkpoint.stamp import STAMP_NAME, StampError, StampMissing, read_stamp
 from vllm_station.errors import EXIT_FAIL, EXIT_OK, EXIT_PENDING, UsageError
 from vllm_station.host.journal import read_log_file, read_unit
@@ -436,17 +436,22 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--tensor-parallel-size",
         required=True,
-        type=int,
+        type=argtypes.count(hi=1024),
         metavar="N",
         help="the TP size vLLM runs with (2 for the pair): each rank's expected share is checkpoint / N",
     )
     parser.add_argument(
         "--wait",
-        type=float,
+        type=argtypes.seconds(zero_ok=True),
         metavar="SECONDS",
         help="poll until the model-loading line appears or the time is up",
     )
-    parser.add_argument("--interval", type=float, default=5.0, help="seconds between polls with --wait (5)")
+    parser.add_argument(
+        "--interval",
+        type=argtypes.seconds(hi=3600),
+        default=5.0,
+        help="seconds between polls with --wait (5)",
+    )
     parser.add_argument(
         "--all-invocations",
         action="store_true",

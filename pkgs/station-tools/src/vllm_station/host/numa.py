@@ -212,6 +212,10 @@ def node_memory(node: int) -> NodeMemory:
     return NodeMemory(node=node, total_bytes=total, free_bytes=int(free[0]))
 
 
+# The kernel's largest CONFIG_NODES_SHIFT is 10: node numbers stay below 1024.
+MAX_NODE = 1023
+
+
 def parse_nodes(spec: str) -> list[int]:
     """Parse a node list like numactl: "0", "0,2", "0-3", "0-1,4". Raises UsageError."""
     result: set[int] = set()
@@ -226,6 +230,11 @@ def parse_nodes(spec: str) -> list[int]:
         hi = int(m.group(2)) if m.group(2) is not None else lo
         if hi < lo:
             raise UsageError(f"cannot parse NUMA node list {spec!r}: range {lo}-{hi} runs backwards")
+        if hi > MAX_NODE:
+            raise UsageError(
+                f"NUMA node list {spec!r}: node {hi} is above {MAX_NODE} (the kernel supports at most "
+                f"{MAX_NODE + 1} nodes)"
+            )
         result.update(range(lo, hi + 1))
     return sorted(result)
 

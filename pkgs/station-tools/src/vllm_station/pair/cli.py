@@ -16,6 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from vllm_station import argtypes
 from vllm_station.pair import order
 from vllm_station.polling import check_seconds
 
@@ -24,16 +25,6 @@ PREFIX = "vllm-station pair:"
 
 def say(line: str) -> None:
     print(f"{PREFIX} {line}", file=sys.stderr, flush=True)
-
-
-def _port(text: str) -> int:
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
-    if not 0 < port < 65536:
-        raise argparse.ArgumentTypeError(f"a port is 1-65535, got {port}")
-    return port
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -52,21 +43,41 @@ def configure(parser: argparse.ArgumentParser) -> None:
     ww.add_argument(
         "--url", required=True, help="the worker beacon's /ready, e.g. http://192.168.100.2:29510/ready"
     )
-    ww.add_argument("--timeout", type=float, required=True, metavar="SECONDS", help="give up after this long")
-    ww.add_argument("--interval", type=float, required=True, metavar="SECONDS", help="seconds between tries")
+    ww.add_argument(
+        "--timeout",
+        type=argtypes.seconds(hi=argtypes.WEEK),
+        required=True,
+        metavar="SECONDS",
+        help="give up after this long",
+    )
+    ww.add_argument(
+        "--interval",
+        type=argtypes.seconds(hi=3600),
+        required=True,
+        metavar="SECONDS",
+        help="seconds between tries",
+    )
     ww.add_argument("--worker-address", required=True, metavar="ADDR", help="the worker's rail address")
 
     hs = verb("wait-head-stop", "the worker beacon's ExecStop: wait (bounded) until the head has stopped")
     hs.add_argument("--head", required=True, metavar="ADDR", help="the head's rail address (IPv6 bare: ::1)")
-    hs.add_argument("--port", type=_port, required=True, help="the head's rendezvous port (--master-port)")
+    hs.add_argument(
+        "--port", type=argtypes.port(), required=True, help="the head's rendezvous port (--master-port)"
+    )
     hs.add_argument(
         "--timeout",
-        type=float,
+        type=argtypes.seconds(zero_ok=True, hi=argtypes.DAY),
         required=True,
         metavar="SECONDS",
         help="stop the worker anyway after this long",
     )
-    hs.add_argument("--interval", type=float, required=True, metavar="SECONDS", help="seconds between probes")
+    hs.add_argument(
+        "--interval",
+        type=argtypes.seconds(hi=3600),
+        required=True,
+        metavar="SECONDS",
+        help="seconds between probes",
+    )
     hs.add_argument(
         "--unit",
         required=True,
@@ -75,9 +86,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
     bc = verb("beacon", "serve /ready (role, rank, address) and /stamp on this station's rail address")
     bc.add_argument("--bind", required=True, metavar="ADDR", help="this station's rail address")
-    bc.add_argument("--port", type=_port, required=True, help="the beacon port (pair.beaconPort)")
+    bc.add_argument("--port", type=argtypes.port(), required=True, help="the beacon port (pair.beaconPort)")
     bc.add_argument("--role", required=True, choices=("head", "worker"), help="this station's role")
-    bc.add_argument("--rank", type=int, required=True, help="this station's rank: head 0, worker 1")
+    bc.add_argument(
+        "--rank", type=argtypes.count(lo=0, hi=1), required=True, help="this station's rank: head 0, worker 1"
+    )
     bc.add_argument(
         "--stamp", type=Path, metavar="FILE", help="the verify stamp /stamp serves (read per request)"
     )

@@ -9,10 +9,12 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vllm_station import argtypes
 from vllm_station.errors import UsageError
 from vllm_station.host import container as rt
 from vllm_station.preflight.core import (
@@ -52,17 +54,27 @@ NO_CONFIG: dict[str, Any] = {
 }
 
 # flag → config field for the overrides that work without a config file
-_OVERRIDES: tuple[tuple[str, str, type, str], ...] = (
+_OVERRIDES: tuple[tuple[str, str, Callable[[str], object], str], ...] = (
     ("--host", "host", str, "serving address"),
-    ("--port", "port", int, "serving port"),
+    ("--port", "port", argtypes.port(), "serving port"),
     ("--model", "model", str, "model repo id or path"),
     ("--model-dir", "model_dir", str, "local checkpoint directory (with the verify stamp)"),
     ("--revision", "revision", str, "pinned checkpoint revision"),
-    ("--gpu-node", "gpu_node", int, "NUMA node holding GPU memory"),
-    ("--max-file-pages-gib", "max_file_pages_gib", float, "page-cache threshold on the GPU node (GiB)"),
-    ("--gpu-memory-utilization", "gpu_memory_utilization", float, "vLLM's --gpu-memory-utilization"),
-    ("--max-model-len", "max_model_len", int, "vLLM's --max-model-len"),
-    ("--max-num-seqs", "max_num_seqs", int, "vLLM's --max-num-seqs"),
+    ("--gpu-node", "gpu_node", argtypes.count(lo=0, hi=1023), "NUMA node holding GPU memory"),
+    (
+        "--max-file-pages-gib",
+        "max_file_pages_gib",
+        argtypes.number(float, lo=0.0, hi=1_000_000.0),
+        "page-cache threshold on the GPU node (GiB)",
+    ),
+    (
+        "--gpu-memory-utilization",
+        "gpu_memory_utilization",
+        argtypes.number(float, lo=0.0, hi=1.0, lo_open=True),
+        "vLLM's --gpu-memory-utilization",
+    ),
+    ("--max-model-len", "max_model_len", argtypes.count(hi=100_000_000), "vLLM's --max-model-len"),
+    ("--max-num-seqs", "max_num_seqs", argtypes.count(hi=1_000_000), "vLLM's --max-num-seqs"),
     ("--kv-cache-dtype", "kv_cache_dtype", str, "vLLM's --kv-cache-dtype"),
     ("--runtime", "runtime", str, "docker, podman or an absolute path to one (image check)"),
     ("--image", "image", str, "pinned image name@sha256:…"),

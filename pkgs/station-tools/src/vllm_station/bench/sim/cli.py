@@ -10,6 +10,7 @@ import signal
 import sys
 from pathlib import Path
 
+from vllm_station import argtypes
 from vllm_station.api import load_api_key
 from vllm_station.bench.sim.config import ENGINE_MODES, FAIL_KINDS, SimConfig, parse_fail
 from vllm_station.bench.sim.server import serve
@@ -19,28 +20,54 @@ from vllm_station.errors import EXIT_INTERRUPTED, EXIT_OK, UsageError
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000, help="0 picks a free port (printed on stderr)")
+    parser.add_argument(
+        "--port",
+        type=argtypes.port(zero_ok=True),
+        default=8000,
+        help="0 picks a free port (printed on stderr)",
+    )
     parser.add_argument("--model", default="sim", help="served model name")
-    parser.add_argument("--ttft", type=float, default=0.05, help="seconds to the first token (default 0.05)")
-    parser.add_argument("--itl", type=float, default=0.01, help="seconds between tokens (default 0.01)")
-    parser.add_argument("--jitter", type=float, default=0.0, help="± uniform jitter per token, seconds")
+    parser.add_argument(
+        "--ttft",
+        type=argtypes.seconds(zero_ok=True, hi=3600),
+        default=0.05,
+        help="seconds to the first token (default 0.05)",
+    )
+    parser.add_argument(
+        "--itl",
+        type=argtypes.seconds(zero_ok=True, hi=60),
+        default=0.01,
+        help="seconds between tokens (default 0.01)",
+    )
+    parser.add_argument(
+        "--jitter",
+        type=argtypes.seconds(zero_ok=True, hi=60),
+        default=0.0,
+        help="± uniform jitter per token, seconds",
+    )
     parser.add_argument(
         "--prefill-per-token",
-        type=float,
+        type=argtypes.seconds(zero_ok=True, hi=1),
         default=0.0,
         help="extra TTFT per prompt token, seconds (e.g. 3e-5)",
     )
     parser.add_argument(
-        "--output-len", type=int, default=64, help="tokens when the request sets no max_tokens"
+        "--output-len",
+        type=argtypes.count(hi=10_000_000),
+        default=64,
+        help="tokens when the request sets no max_tokens",
     )
     parser.add_argument(
-        "--eos-after", type=int, default=None, help="stop after N tokens unless ignore_eos (emulates EOS)"
+        "--eos-after",
+        type=argtypes.count(hi=10_000_000),
+        default=None,
+        help="stop after N tokens unless ignore_eos (emulates EOS)",
     )
-    parser.add_argument("--max-model-len", type=int, default=131072 + 4096)
+    parser.add_argument("--max-model-len", type=argtypes.count(hi=100_000_000), default=131072 + 4096)
     parser.add_argument(
         "--fail", default=None, help="failure injection KIND=RATE,… kinds: " + ", ".join(FAIL_KINDS)
     )
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=argtypes.count(lo=0, hi=2**32 - 1), default=0)
     parser.add_argument(
         "--engine",
         choices=ENGINE_MODES,
