@@ -55,6 +55,8 @@ CLOSED_STDOUT: dict[str, list[list[str]]] = {
         ["weights-check", "--json", f"--log={WEIGHTS_LOG}", "--checkpoint={ckpt}", "--tensor-parallel-size=2"]
     ],
     "copy": [["copy", "--help"]],
+    "probe": [["probe", "--help"]],
+    "watchdog": [["watchdog", "--help"]],
 }
 
 

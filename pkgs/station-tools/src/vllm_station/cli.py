@@ -62,6 +62,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "exec": ("secret_env", "run a command with secrets from files in its environment (the unit's API key)"),
     "weights-check": ("weights", "after a start: weight memory per rank (vLLM log) vs the expected share"),
     "copy": ("copy", "pull a verified checkpoint from the other station (rsync, NUMA node 0), verify it"),
+    "probe": ("probe", "synthetic probe: 1-user tok/s, TTFT and one tool call, for Prometheus (textfile)"),
+    "watchdog": ("watchdog", "restart a wedged engine (health 200, no progress, probes fail) via systemd"),
     "gates": ("gates.cli", "quality gates before go-live: tool-call battery, agent battery, needles"),
     "gateway": ("gateway", "the gateway's start step: API key files -> the map nginx includes (names logged)"),
 }

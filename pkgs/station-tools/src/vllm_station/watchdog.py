@@ -1,0 +1,484 @@
+"""`station watchdog` — restart a wedged engine through systemd.
+
+vLLM's /health answers 200 while its engine core is dead or deadlocked (an open vLLM issue): the unit stays
+*active*, every request hangs, and `num_requests_running` reads 0, so an alert on "running > 0 and no
+tokens" misses it. Every `--interval` seconds the watchdog takes one look:
+
+1. with `--unit`: the serving unit's state (`systemctl show`). Not active (starting, restarting, failed) is
+   systemd's business: verdict `inactive`. A unit failed by its start limit is said once, loudly;
+2. a deadline-bound 1-token completion (`--probe-timeout`);
+3. vLLM's `/metrics`, after the probe: the progress signature — token and iteration counters, finished
+   requests, preemptions and KV-cache use. vLLM counts prompt tokens only when a prefill ends, so during a
+   long (1M-token) chunked prefill the counters stand still; its KV-cache use grows chunk by chunk.
+
+Verdicts: `ok` (the probe answered) · `busy` (it did not, but the signature moved since the last look: a
+long prefill, a full batch) · `wedged` (it did not and nothing moved, or `/metrics` did not answer either)
+· `down` (connection refused: the process is gone and systemd restarts it) · `inactive` · `no-baseline`
+(the first look, or the first after a restart: nothing to compare with).
+
+On `--wedge-verdicts` consecutive `wedged` verdicts it runs `systemctl restart --no-block UNIT`: a start
+like any other, so it counts toward the unit's start limit (3 an hour) and prestart runs first — a wedge
+that comes back every time ends in a failed unit, not a loop. Each non-ok verdict and each restart is
+logged with its figures (stderr: the journal); the state goes to node_exporter's textfile collector
+(`station-watchdog.prom`, see `FAMILIES`).
+
+Detection: the first `wedged` verdict ends the look that began after the wedge (≤ interval + probe
+timeout), each further one an interval later, so a wedge is restarted within
+`interval + (wedge_verdicts − 1) × interval + probe_timeout` seconds (one more interval when the wedge was
+there before the watchdog's first look). `--probe-timeout` may not exceed `--interval`.
+
+Exit: runs until stopped (SIGTERM; Ctrl-C 130) or for `--cycles` looks (0); 2 on bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import httpx
+
+from vllm_station import argtypes, textfile
+from vllm_station.api import ApiClient, ApiError, ApiUnreachable
+from vllm_station.api.args import Endpoint, add_endpoint_args, endpoint_from_args
+from vllm_station.api.client import tls_context
+from vllm_station.bench.scrape import parse_prometheus
+from vllm_station.errors import EXIT_OK, StationError, UsageError
+from vllm_station.polling import check_seconds
+
+VERDICTS = ("ok", "busy", "wedged", "down", "inactive", "no-baseline")
+PROBE_PROMPT = "Hello"
+TEXTFILE = "station-watchdog.prom"
+SYSTEMCTL_TIMEOUT_S = 30.0
+
+# What moves when the engine works (summed over label sets). Gauges of queue length are left out: they
+# change with arrivals and aborts, which the API server handles without the engine.
+PROGRESS = (
+    "vllm:generation_tokens_total",
+    "vllm:prompt_tokens_total",
+    "vllm:iteration_tokens_total_count",
+    "vllm:request_success_total",
+    "vllm:num_preemptions_total",
+    "vllm:kv_cache_usage_perc",
+    "vllm:gpu_cache_usage_perc",  # vLLM < 0.10's name of the KV-cache gauge
+)
+# Shown in the log next to a verdict (read from the same scrape).
+SHOWN = {
+    "generation_tokens": "vllm:generation_tokens_total",
+    "prompt_tokens": "vllm:prompt_tokens_total",
+    "kv_cache_usage": "vllm:kv_cache_usage_perc",
+    "running": "vllm:num_requests_running",
+    "waiting": "vllm:num_requests_waiting",
+}
+
+
+@dataclass(frozen=True)
+class Options:
+    interval_s: float = 30.0
+    probe_timeout_s: float = 20.0
+    wedge_verdicts: int = 3
+    model: str | None = None
+    unit: str | None = None
+    systemctl: str = "systemctl"
+    textfile_dir: Path | None = None  # None: no export
+
+    def __post_init__(self) -> None:
+        check_seconds("--interval", self.interval_s)
+        check_seconds("--probe-timeout", self.probe_timeout_s)
+        if self.probe_timeout_s > self.interval_s:
+            raise UsageError(
+                f"--probe-timeout ({self.probe_timeout_s:g} s) must not exceed --interval "
+                f"({self.interval_s:g} s): one look must end before the next begins"
+            )
+        if self.wedge_verdicts < 1:
+            raise UsageError(f"--wedge-verdicts must be 1 or more, got {self.wedge_verdicts}")
+
+    @property
+    def detection_bound_s(self) -> float:
+        """The longest a wedge present at a look's start goes unrestarted (see the module docstring)."""
+        return self.wedge_verdicts * self.interval_s + self.probe_timeout_s
+
+
+@dataclass(frozen=True)
+class UnitState:
+    active: str  # ActiveState
+    sub: str  # SubState
+    result: str  # Result
+    n_restarts: int
+
+    @property
+    def start_limit_hit(self) -> bool:
+        return self.active == "failed" and self.result == "start-limit-hit"
+
+
+@dataclass
+class Look:
+    """One look's evidence."""
+
+    at: float  # clock()
+    probe_ok: bool
+    probe_s: float
+    probe_error: str | None
+    unreachable: bool
+    signature: dict[str, float] | None  # None: /metrics did not answer
+    shown: dict[str, float]
+    metrics_error: str | None = None
+    unit: UnitState | None = None
+
+
+@dataclass
+class Verdict:
+    verdict: str  # VERDICTS
+    reason: str
+    streak: int  # consecutive `wedged` verdicts, this one included
+    probe_s: float
+    figures: dict[str, float] = field(default_factory=dict)
+    restarted: bool = False
+    restart_message: str | None = None
+    at_unix: float = 0.0
+
+
+def judge(previous: Mapping[str, float] | None, look: Look) -> tuple[str, str]:
+    """The verdict on one look, given the signature of the previous one (None: no baseline)."""
+    if look.unit is not None and look.unit.active != "active":
+        u = look.unit
+        return "inactive", f"the unit is {u.active} ({u.sub}, result {u.result}): systemd's business"
+    if look.probe_ok:
+        return "ok", f"1-token probe answered in {look.probe_s:.2f} s"
+    probe = f"1-token probe failed after {look.probe_s:.1f} s ({look.probe_error})"
+    if look.unreachable:
+        return "down", f"{probe}: nothing listens, systemd restarts a server that exited"
+    if look.signature is None:
+        return "wedged", f"{probe}; /metrics did not answer either ({look.metrics_error})"
+    if previous is None:
+        return "no-baseline", f"{probe}; no earlier /metrics to compare with"
+    moved = sorted(k for k in set(previous) | set(look.signature) if previous.get(k) != look.signature.get(k))
+    if moved:
+        return "busy", f"{probe}, but the engine progresses ({', '.join(_short(k) for k in moved)} moved)"
+    return "wedged", f"{probe}; no progress in /metrics since the last look"
+
+
+def _short(name: str) -> str:
+    return name.removeprefix("vllm:")
+
+
+# ---- the parts that touch the world --------------------------------------------------------------------
+
+
+class Systemd:
+    """The serving unit through `systemctl` (root: the system manager)."""
+
+    def __init__(self, systemctl: str, unit: str) -> None:
+        self.systemctl, self.unit = systemctl, unit
+
+    def _run(self, *args: str) -> str:
+        argv = [self.systemctl, *args]
+        try:
+            proc = subprocess.run(
+                argv, capture_output=True, text=True, timeout=SYSTEMCTL_TIMEOUT_S, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired) as err:
+            raise StationError(f"{' '.join(argv)}: {err}") from None
+        if proc.returncode != 0:
+            raise StationError(f"{' '.join(argv)} exited {proc.returncode}: {proc.stderr.strip()}")
+        return proc.stdout
+
+    def state(self) -> UnitState:
+        out = self._run("show", "--property=ActiveState,SubState,Result,NRestarts", self.unit)
+        props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+        n = props.get("NRestarts", "0")
+        return UnitState(
+            props.get("ActiveState", "?"), props.get("SubState", "?"), props.get("Result", "?"),
+            int(n) if n.isdigit() else 0,
+        )  # fmt: skip
+
+    def restart(self) -> str:
+        self._run("restart", "--no-block", self.unit)
+        return f"systemctl restart --no-block {self.unit}"
+
+
+class Watchdog:
+    """One serving endpoint, judged look by look. `restart` is called on a wedge (None: report only)."""
+
+    def __init__(
+        self,
+        opts: Options,
+        endpoint: Endpoint,
+        *,
+        restart: Callable[[], str] | None = None,
+        unit_state: Callable[[], UnitState] | None = None,
+        say: Callable[[str], None] = lambda line: print(
+            f"station watchdog: {line}", file=sys.stderr, flush=True
+        ),
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.opts, self.endpoint = opts, endpoint
+        self.restart, self.unit_state, self.say, self.clock = restart, unit_state, say, clock
+        self.api: ApiClient = endpoint.client(
+            timeout=opts.probe_timeout_s, connect_timeout=min(5.0, opts.probe_timeout_s)
+        )
+        self.http = httpx.Client(trust_env=False, verify=tls_context(endpoint.ca_file))
+        self.model = opts.model
+        self.previous: dict[str, float] | None = None
+        self.streak = 0
+        self.restarts = 0
+        self.last_verdict = ""
+        self.last_change_at: float | None = None  # clock() when the signature last moved
+        self.limit_said = False
+
+    def close(self) -> None:
+        self.api.close()
+        self.http.close()
+
+    # ---- one look ----
+    def _probe(self) -> tuple[bool, float, str | None, bool]:
+        t0 = time.perf_counter()
+        try:
+            if self.model is None:
+                listed = self.api.models(timeout=self.opts.probe_timeout_s)
+                if not listed:
+                    return False, time.perf_counter() - t0, "GET /v1/models lists no model", False
+                self.model = listed[0].id
+            left = max(0.5, self.opts.probe_timeout_s - (time.perf_counter() - t0))
+            self.api.completion(self.model, PROBE_PROMPT, max_tokens=1, timeout=left)
+            return True, time.perf_counter() - t0, None, False
+        except ApiUnreachable as err:
+            return False, time.perf_counter() - t0, _first_line(err), err.kind == "refused"
+        except ApiError as err:
+            return False, time.perf_counter() - t0, _first_line(err), False
+
+    def _metrics(self) -> tuple[dict[str, float] | None, dict[str, float], str | None]:
+        try:
+            resp = self.http.get(self.endpoint.root_url + "/metrics", timeout=self.opts.probe_timeout_s)
+            resp.raise_for_status()
+        except httpx.HTTPError as err:
+            return None, {}, f"GET /metrics: {type(err).__name__}: {err}".rstrip(": ")
+        values = parse_prometheus(resp.text)
+        signature = {k: values[k] for k in PROGRESS if k in values}
+        shown = {k: values[v] for k, v in SHOWN.items() if v in values}
+        if not signature:
+            return None, shown, "GET /metrics: none of vLLM's progress metrics (is this vLLM?)"
+        return signature, shown, None
+
+    def look(self) -> Look:
+        unit = self.unit_state() if self.unit_state is not None else None
+        at = self.clock()
+        if unit is not None and unit.active != "active":
+            return Look(at, False, 0.0, None, False, None, {}, None, unit)
+        ok, seconds, error, refused = self._probe()
+        signature, shown, metrics_error = self._metrics()
+        return Look(at, ok, seconds, error, refused, signature, shown, metrics_error, unit)
+
+    # ---- one cycle ----
+    def step(self) -> Verdict:
+        look = self.look()
+        verdict, reason = judge(self.previous, look)
+        if look.signature is not None and look.signature != self.previous:
+            self.last_change_at = look.at
+        if verdict in ("inactive", "down"):
+            self.previous = None  # a new process starts its counters anew
+        elif look.signature is not None:
+            self.previous = look.signature
+        self.streak = self.streak + 1 if verdict == "wedged" else 0
+        v = Verdict(
+            verdict, reason, self.streak, round(look.probe_s, 3), dict(look.shown), at_unix=time.time()
+        )
+        self._tell(v, look)
+        if verdict == "wedged" and self.streak >= self.opts.wedge_verdicts:
+            self._restart(v, look)
+        self.last_verdict = verdict
+        self._export(v, look)
+        return v
+
+    def _tell(self, v: Verdict, look: Look) -> None:
+        unit = look.unit
+        if unit is not None and unit.start_limit_hit:
+            if not self.limit_said:
+                self.say(
+                    f"{self.opts.unit} failed by its start limit (start-limit-hit): systemd refuses further "
+                    "starts within the hour, the watchdog's included; fix the cause (journalctl -u "
+                    f"{self.opts.unit}), then systemctl reset-failed {self.opts.unit}"
+                )
+                self.limit_said = True
+            return
+        self.limit_said = False
+        if v.verdict == "ok":
+            if self.last_verdict not in ("", "ok"):
+                self.say(f"ok again: {v.reason}")
+            return
+        if v.verdict == "inactive" and self.last_verdict == "inactive":
+            return
+        streak = f" ({v.streak}/{self.opts.wedge_verdicts})" if v.verdict == "wedged" else ""
+        self.say(f"verdict {v.verdict}{streak}: {v.reason}; {_figures(v.figures, self._stale_s(look))}")
+
+    def _stale_s(self, look: Look) -> float | None:
+        return None if self.last_change_at is None else look.at - self.last_change_at
+
+    def _restart(self, v: Verdict, look: Look) -> None:
+        why = (
+            f"{v.streak} consecutive wedge verdicts over {v.streak * self.opts.interval_s:.0f} s "
+            f"(each: the 1-token probe failed and /metrics showed no progress); last: {v.reason}; "
+            f"{_figures(v.figures, self._stale_s(look))}"
+        )
+        if self.restart is None:
+            self.say(f"would restart the serving unit (no --unit given): {why}")
+            return
+        try:
+            done = self.restart()
+        except StationError as err:
+            self.say(f"restart failed: {err}; {why}")
+            v.restart_message = str(err)
+            return
+        self.restarts += 1
+        self.streak = 0
+        self.previous = None
+        v.restarted, v.restart_message = True, done
+        self.say(f"restarting {self.opts.unit or 'the server'} ({done}): {why}")
+
+    def _export(self, v: Verdict, look: Look) -> None:
+        if self.opts.textfile_dir is None:
+            return
+        try:
+            textfile.write(self.opts.textfile_dir, TEXTFILE, self.families(v, look))
+        except StationError as err:
+            self.say(f"metrics not exported: {err}")
+
+    def families(self, v: Verdict, look: Look) -> list[textfile.Family]:
+        F, S = textfile.Family, textfile.Sample
+        stale = self._stale_s(look)
+        fams = [
+            F("station_watchdog_verdict", "The last verdict (1 for it, 0 for the others)", "gauge",
+              tuple(S(1.0 if name == v.verdict else 0.0, {"verdict": name}) for name in VERDICTS)),
+            F.one("station_watchdog_wedge_streak", "Consecutive wedge verdicts", v.streak),
+            F.one("station_watchdog_wedge_verdicts", "Consecutive wedge verdicts that restart the unit",
+                  self.opts.wedge_verdicts),
+            F.one("station_watchdog_restarts_total", "Restarts of the serving unit by this watchdog",
+                  self.restarts, "counter"),
+            F.one("station_watchdog_probe_success", "1 when the last 1-token probe answered",
+                  1.0 if look.probe_ok else 0.0),
+            F.one("station_watchdog_probe_seconds", "Duration of the last 1-token probe",
+                  look.probe_s if look.unit is None or look.unit.active == "active" else math.nan),
+            F.one("station_watchdog_progress_age_seconds", "Seconds since vLLM's progress metrics last moved",
+                  math.nan if stale is None else stale),
+            F.one("station_watchdog_last_look_timestamp_seconds", "When the watchdog last looked (Unix time)",
+                  v.at_unix),
+        ]  # fmt: skip
+        if look.unit is not None:
+            fams.append(
+                F.one("station_watchdog_unit_start_limit_hit",
+                      "1 when the serving unit failed by its start limit (start-limit-hit)",
+                      1.0 if look.unit.start_limit_hit else 0.0)
+            )  # fmt: skip
+        return fams
+
+
+def _first_line(err: BaseException) -> str:
+    return str(err).splitlines()[0] if str(err) else type(err).__name__
+
+
+def _figures(shown: Mapping[str, float], stale_s: float | None) -> str:
+    parts = [f"{k} {v:g}" for k, v in shown.items()]
+    if stale_s is not None:
+        parts.append(f"no progress for {stale_s:.0f} s")
+    return "figures: " + (", ".join(parts) if parts else "none (/metrics unreadable)")
+
+
+# ---- CLI -----------------------------------------------------------------------------------------------
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    add_endpoint_args(parser)
+    parser.add_argument(
+        "--model", help="served model name to probe (default: the first one /v1/models lists)"
+    )
+    parser.add_argument("--unit", help="the serving unit to restart on a wedge (without it: report only)")
+    parser.add_argument("--systemctl", default="systemctl", help="the systemctl program (default: from PATH)")
+    parser.add_argument(
+        "--interval", type=argtypes.seconds(hi=argtypes.DAY), default=30.0, help="seconds between looks (30)"
+    )
+    parser.add_argument(
+        "--probe-timeout",
+        type=argtypes.seconds(hi=argtypes.DAY),
+        default=20.0,
+        help="deadline of the 1-token probe (20)",
+    )
+    parser.add_argument(
+        "--wedge-verdicts",
+        type=argtypes.count(hi=1000),
+        default=3,
+        help="consecutive wedge verdicts that restart the unit (3)",
+    )
+    parser.add_argument(
+        "--textfile-dir",
+        type=Path,
+        default=None,
+        help=f"node_exporter textfile directory for {TEXTFILE} (default: none, no export)",
+    )
+    parser.add_argument(
+        "--cycles",
+        type=argtypes.count(hi=10**9),
+        default=None,
+        help="stop after this many looks (default: run on)",
+    )
+    parser.add_argument("--json", action="store_true", help="print each verdict as one JSON line on stdout")
+
+
+def run(args: argparse.Namespace) -> int:
+    opts = Options(
+        interval_s=args.interval,
+        probe_timeout_s=args.probe_timeout,
+        wedge_verdicts=args.wedge_verdicts,
+        model=args.model,
+        unit=args.unit,
+        systemctl=args.systemctl,
+        textfile_dir=args.textfile_dir,
+    )
+    endpoint = endpoint_from_args(args)
+    systemd = Systemd(opts.systemctl, opts.unit) if opts.unit else None
+    dog = Watchdog(
+        opts,
+        endpoint,
+        restart=systemd.restart if systemd else None,
+        unit_state=systemd.state if systemd else None,
+    )
+    dog.say(
+        f"watching {endpoint.root_url}{f' ({opts.unit})' if opts.unit else ' (report only: no --unit)'}: "
+        f"a look every {opts.interval_s:g} s, probe deadline {opts.probe_timeout_s:g} s, restart after "
+        f"{opts.wedge_verdicts} wedge verdicts (within {opts.detection_bound_s:g} s of a wedge)"
+    )
+    try:
+        run_loop(dog, args.cycles, json_out=args.json)
+    finally:
+        dog.close()
+    return EXIT_OK
+
+
+def run_loop(
+    dog: Watchdog,
+    cycles: int | None,
+    *,
+    json_out: bool = False,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[Verdict]:
+    """Look every interval (a look's own time counts against it) for `cycles` looks (None: forever)."""
+    verdicts: list[Verdict] = []
+    n = 0
+    next_at = dog.clock()
+    while cycles is None or n < cycles:
+        v = dog.step()
+        n += 1
+        if json_out:
+            print(json.dumps(asdict(v)), flush=True)
+        if cycles is not None:
+            verdicts.append(v)
+        next_at += dog.opts.interval_s
+        if cycles is None or n < cycles:
+            sleep(max(0.0, next_at - dog.clock()))
+            next_at = max(next_at, dog.clock() - dog.opts.interval_s)
+    return verdicts

@@ -1,0 +1,109 @@
+"""`station probe`: its figures against a server of known timing (`station simulate`), its failures, the
+textfile it leaves for node_exporter, and the real vLLM."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import VllmServer, free_port
+from simserver import SimServer
+
+from vllm_station import probe, textfile
+from vllm_station.api import ApiClient
+from vllm_station.bench.sim.config import SimConfig
+from vllm_station.errors import EXIT_FAIL, EXIT_OK, EXIT_UNREACHABLE
+
+TTFT, ITL = 0.05, 0.01  # the simulator's schedule: 100 tok/s for one user
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[SimServer]:
+    # eos_after: without vLLM's ignore_eos the answer would stop after 5 tokens
+    with SimServer(SimConfig(model="sim", ttft=TTFT, itl=ITL, eos_after=5)) as s:
+        yield s
+
+
+def _station(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("STATION_API_KEY", "OPENAI_API_KEY")}
+    return subprocess.run(
+        [sys.executable, "-m", "vllm_station", "probe", *args],
+        capture_output=True, text=True, timeout=120, check=False, env=env,
+    )  # fmt: skip
+
+
+def test_figures_match_the_servers_schedule(sim: SimServer) -> None:
+    with ApiClient(sim.base_url, timeout=30) as api:
+        rep = probe.run_probe(api, None, 32, "auto")
+    assert rep.exit_code == EXIT_OK and rep.ok, rep
+    assert rep.model == "sim"
+    assert rep.completion_tokens == 32, "a fixed length: ignore_eos overrides the server's EOS"
+    assert rep.ttft_s is not None and TTFT * 0.8 <= rep.ttft_s <= TTFT + 0.05
+    assert rep.itl_s is not None and ITL * 0.8 <= rep.itl_s <= ITL * 1.5
+    assert rep.tokens_per_second is not None and 1 / ITL / 1.5 <= rep.tokens_per_second <= 1 / ITL / 0.8
+    assert rep.request_tokens_per_second is not None and rep.request_tokens_per_second < rep.tokens_per_second
+    assert rep.tool_call == "pass" and "get_weather" in rep.tool_call_reason
+
+
+def test_a_failing_generation_exports_failure_and_no_rate(tmp_path: Path) -> None:
+    with SimServer(SimConfig(model="sim", ttft=0.0, itl=0.0, fail={"5xx": 1.0})) as bad:
+        out = _station("--base-url", bad.base_url, "--textfile-dir", str(tmp_path), "--json")
+    assert out.returncode == EXIT_FAIL, out.stderr
+    rep = json.loads(out.stdout)
+    assert rep["ok"] is False and "HTTP 500" in rep["reason"] and rep["tool_call"] == "fail"
+    got = textfile.read(tmp_path / probe.TEXTFILE)
+    assert got["station_probe_success"] == 0 and got["station_probe_tool_call_success"] == 0
+    assert math.isnan(got["station_probe_tokens_per_second"]) and math.isnan(
+        got["station_probe_ttft_seconds"]
+    )
+
+
+def test_unreachable_is_exit_3_and_still_exported(tmp_path: Path) -> None:
+    out = _station("--base-url", f"http://127.0.0.1:{free_port()}", "--textfile-dir", str(tmp_path))
+    assert out.returncode == EXIT_UNREACHABLE, out.stderr
+    assert "connection refused" in out.stderr
+    got = textfile.read(tmp_path / probe.TEXTFILE)
+    assert got["station_probe_success"] == 0 and math.isnan(got["station_probe_tool_call_success"])
+
+
+def test_cli_writes_the_textfile_and_the_table(sim: SimServer, tmp_path: Path) -> None:
+    out = _station("--base-url", sim.base_url, "--max-tokens", "16", "--textfile-dir", str(tmp_path))
+    assert out.returncode == EXIT_OK, out.stderr
+    assert "generation PASS: 16 tokens" in out.stdout and "tool call PASS" in out.stdout
+    got = textfile.read(tmp_path / probe.TEXTFILE)
+    assert got["station_probe_success"] == 1 and got["station_probe_completion_tokens"] == 16
+    assert got["station_probe_max_tokens"] == 16 and got["station_probe_tool_call_success"] == 1
+    assert 50 < got["station_probe_tokens_per_second"] < 130
+    assert [p.name for p in tmp_path.iterdir()] == [probe.TEXTFILE]
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        (["--max-tokens", "0"], "--max-tokens: must be a whole number from 1 to 4096"),
+        (["--timeout", "-1"], "--timeout"),
+        (["--textfile-dir", "/nonexistent/dir"], "not a directory"),
+    ],
+)
+def test_bad_arguments_exit_2(args: list[str], match: str) -> None:
+    out = _station("--base-url", "http://127.0.0.1:1", *args)
+    assert out.returncode == 2 and match in out.stderr and "Traceback" not in out.stderr
+
+
+def test_real_vllm_probe_passes_with_a_fixed_length_and_a_tool_call(
+    tools_server: VllmServer, tmp_path: Path
+) -> None:
+    with ApiClient(tools_server.base_url, timeout=120) as api:
+        rep = probe.run_probe(api, tools_server.served_name, 16, "auto")
+    assert rep.exit_code == EXIT_OK, rep
+    assert rep.completion_tokens == 16, "vLLM honours ignore_eos"
+    assert rep.tokens_per_second is not None and rep.tokens_per_second > 0
+    assert rep.ttft_s is not None and 0 < rep.ttft_s < 60
+    assert rep.tool_call in ("pass", "warn"), rep.tool_call_reason
+    print(f"probe figure (real vLLM CPU, tiny model): {rep.reason}")

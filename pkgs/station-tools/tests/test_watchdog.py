@@ -1,0 +1,346 @@
+"""`station watchdog`: verdicts from real servers (`station simulate` in its wedge and serial engine modes,
+real vLLM), restarts within the configured time, none on a slow but progressing long prefill.
+
+The restart the watchdog asks for is real here too: the simulator's process is stopped and a fresh one
+started on the same port (under systemd that is `systemctl restart`, proven in the system tier).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import stat
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import VllmServer, free_port
+from simserver import SimServer
+
+from vllm_station import textfile, watchdog
+from vllm_station.api.args import endpoint_from_args
+from vllm_station.bench.sim.config import SimConfig
+from vllm_station.bench.sim.process import SimProcess
+from vllm_station.errors import UsageError
+from vllm_station.watchdog import Look, Options, UnitState, Verdict, Watchdog, judge, run_loop
+
+FAST = {"interval_s": 0.5, "probe_timeout_s": 0.4, "wedge_verdicts": 3}
+
+
+def _endpoint(url: str) -> object:
+    return endpoint_from_args(argparse.Namespace(base_url=url, api_key_file=None, ca_file=None))
+
+
+def _look(**kw: object) -> Look:
+    base: dict[str, object] = {
+        "at": 0.0, "probe_ok": False, "probe_s": 0.4, "probe_error": "timed out", "unreachable": False,
+        "signature": {"vllm:generation_tokens_total": 5.0}, "shown": {},
+    }  # fmt: skip
+    base.update(kw)
+    return Look(**base)  # type: ignore[arg-type]
+
+
+# ---- the verdict rule ---------------------------------------------------------------------------------
+
+
+def test_judge_each_verdict() -> None:
+    sig = {"vllm:generation_tokens_total": 5.0, "vllm:kv_cache_usage_perc": 0.25}
+    assert judge(sig, _look(probe_ok=True, signature=sig))[0] == "ok"
+    assert judge(sig, _look(signature=dict(sig)))[0] == "wedged"
+    moved = {**sig, "vllm:kv_cache_usage_perc": 0.26}
+    verdict, reason = judge(sig, _look(signature=moved))
+    assert verdict == "busy" and "kv_cache_usage_perc moved" in reason
+    assert judge(sig, _look(signature=None, metrics_error="GET /metrics: timeout"))[0] == "wedged"
+    assert judge(None, _look(signature=sig))[0] == "no-baseline"
+    assert judge(sig, _look(unreachable=True))[0] == "down"
+    failed = UnitState("failed", "failed", "start-limit-hit", 0)
+    assert judge(sig, _look(unit=failed))[0] == "inactive"
+    assert judge(sig, _look(unit=UnitState("active", "running", "success", 0), probe_ok=True))[0] == "ok"
+
+
+def test_a_metric_that_appears_or_resets_is_progress() -> None:
+    prev = {"vllm:generation_tokens_total": 5.0}
+    assert judge(prev, _look(signature={**prev, "vllm:prompt_tokens_total": 1.0}))[0] == "busy"
+    assert judge(prev, _look(signature={"vllm:generation_tokens_total": 0.0}))[0] == "busy"
+
+
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [
+        ({"interval_s": 1.0, "probe_timeout_s": 2.0}, "must not exceed --interval"),
+        ({"wedge_verdicts": 0}, "--wedge-verdicts"),
+        ({"interval_s": 0.0}, "--interval"),
+        ({"probe_timeout_s": float("nan")}, "--probe-timeout"),
+    ],
+)
+def test_bad_options_are_usage_errors(kw: dict[str, float], match: str) -> None:
+    with pytest.raises(UsageError, match=match):
+        Options(**kw)  # type: ignore[arg-type]
+
+
+# ---- against station simulate -------------------------------------------------------------------------
+
+
+class Restartable:
+    """A simulator that the watchdog's restart really restarts: a new process on the same port."""
+
+    def __init__(self, args: list[str]) -> None:
+        self.port = free_port()
+        self.args = ["--ttft", "0.01", "--itl", "0.002", "--model", "sim", "--port", str(self.port), *args]
+        self.sim: SimProcess | None = None
+        self.restarted_at: list[float] = []
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, extra: list[str] | None = None) -> None:
+        self.sim = SimProcess([*self.args, *(extra or [])]).__enter__()
+
+    def restart(self) -> str:
+        self.restarted_at.append(time.monotonic())
+        self.stop()
+        self.start(["--engine", "normal"])
+        return "simulator process replaced"
+
+    def stop(self) -> None:
+        if self.sim is not None:
+            self.sim.__exit__()
+            self.sim = None
+
+    def engine(self, mode: str) -> None:
+        httpx.post(
+            self.base_url + "/sim/engine", json={"mode": mode}, timeout=5, trust_env=False
+        ).raise_for_status()
+
+
+@pytest.fixture
+def restartable() -> object:
+    servers: list[Restartable] = []
+
+    def make(args: list[str]) -> Restartable:
+        r = Restartable(args)
+        servers.append(r)
+        r.start()
+        return r
+
+    yield make
+    for r in servers:
+        r.stop()
+
+
+@pytest.fixture
+def insim() -> object:
+    """An in-process simulator (no process to start) in the given engine mode."""
+    servers: list[SimServer] = []
+
+    def make(**kw: object) -> SimServer:
+        s = SimServer(SimConfig(model="sim", ttft=0.01, itl=0.002, **kw)).__enter__()  # type: ignore[arg-type]
+        servers.append(s)
+        return s
+
+    yield make
+    for s in servers:
+        if s._thread.is_alive():  # a test may have stopped it already
+            s.__exit__()
+
+
+def _dog(url: str, restart: object, lines: list[str], tmp: Path | None = None, **kw: object) -> Watchdog:
+    opts = Options(**{**FAST, "textfile_dir": tmp, **kw})  # type: ignore[arg-type]
+    return Watchdog(opts, _endpoint(url), restart=restart, say=lines.append)  # type: ignore[arg-type]
+
+
+def test_a_wedge_is_restarted_within_the_configured_time(restartable: object, tmp_path: Path) -> None:
+    sim: Restartable = restartable([])  # type: ignore[operator]
+    lines: list[str] = []
+    dog = _dog(sim.base_url, sim.restart, lines, tmp_path)
+    try:
+        healthy = run_loop(dog, 2)
+        assert [v.verdict for v in healthy] == ["ok", "ok"]
+        sim.engine("wedge")  # /health 200, /metrics frozen, no token ever
+        assert httpx.get(sim.base_url + "/health", timeout=5, trust_env=False).status_code == 200
+        wedged_at = time.monotonic()
+        verdicts: list[Verdict] = []
+        while not sim.restarted_at and time.monotonic() - wedged_at < 20:
+            verdicts += run_loop(dog, 1)
+        assert sim.restarted_at, lines
+        detection = sim.restarted_at[0] - wedged_at
+        bound = dog.opts.detection_bound_s
+        print(
+            f"watchdog figure: wedge restarted after {detection:.2f} s (bound {bound:g} s)"
+        )
+        assert detection <= dog.opts.detection_bound_s + 0.5  # + scheduling slack of a loaded 2-core machine
+        assert [v.verdict for v in verdicts] == ["wedged"] * 3
+        assert verdicts[-1].restarted and dog.restarts == 1
+        restart_line = next(line for line in lines if line.startswith("restarting"))
+        assert "3 consecutive wedge verdicts" in restart_line and "generation_tokens" in restart_line
+        assert "no progress for" in restart_line
+        after = run_loop(dog, 1)  # the fresh process answers
+        assert after[-1].verdict == "ok", [v.reason for v in after]
+        exported = textfile.read(tmp_path / watchdog.TEXTFILE)
+        assert exported["station_watchdog_restarts_total"] == 1
+        assert exported['station_watchdog_verdict{verdict="ok"}'] == 1
+        assert exported['station_watchdog_verdict{verdict="wedged"}'] == 0
+    finally:
+        dog.close()
+
+
+def test_a_slow_but_progressing_long_prefill_is_never_restarted(insim: object) -> None:
+    """A 4-second prefill holds the engine (serial mode): every probe times out behind it, the counters stand
+    still as vLLM's do, only the KV-cache use moves. No restart; a watchdog that ignored the KV cache would
+    have restarted (the counters alone did not move for ≥ 3 looks)."""
+    sim: SimServer = insim(engine="serial", prefill_per_token=0.002)  # type: ignore[operator]
+    lines: list[str] = []
+    restarts: list[str] = []
+    dog = _dog(sim.base_url, lambda: restarts.append("restart") or "restarted", lines)
+    prompt = " ".join(["word"] * 2000)  # 2,000 tokens x 2 ms = 4 s of prefill
+    done: list[float] = []
+
+    def long_request() -> None:
+        body = {"model": "sim", "prompt": prompt, "max_tokens": 4}
+        httpx.post(
+            sim.base_url + "/v1/completions", json=body, timeout=60, trust_env=False
+        ).raise_for_status()
+        done.append(time.monotonic())
+
+    try:
+        run_loop(dog, 1)  # a baseline
+        t = threading.Thread(target=long_request)
+        t.start()
+        time.sleep(0.2)
+        verdicts = run_loop(dog, 9)
+        t.join(timeout=30)
+        assert done, "the long request finished"
+        names = [v.verdict for v in verdicts]
+        assert restarts == [] and dog.restarts == 0, (names, lines)
+        assert "wedged" not in names, lines
+        assert names.count("busy") >= 3, (names, lines)
+        counters = [k for k in watchdog.PROGRESS if k != "vllm:kv_cache_usage_perc"]
+        busy = [v for v in verdicts if v.verdict == "busy"]
+        gen = [v.figures.get("generation_tokens") for v in busy]
+        assert len(set(gen)) == 1, f"counters moved during the prefill: {gen}"
+        assert all("kv_cache_usage_perc moved" in v.reason for v in busy), [v.reason for v in busy]
+        assert counters  # the signature without the KV cache would have read `wedged` on every busy look
+    finally:
+        dog.close()
+
+
+def test_a_stopped_server_is_down_not_wedged(insim: object) -> None:
+    sim: SimServer = insim()  # type: ignore[operator]
+    lines: list[str] = []
+    restarts: list[str] = []
+    dog = _dog(sim.base_url, lambda: restarts.append("restart") or "restarted", lines, wedge_verdicts=1)
+    try:
+        assert run_loop(dog, 1)[0].verdict == "ok"
+        sim.__exit__()
+        verdicts = run_loop(dog, 2)
+        assert [v.verdict for v in verdicts] == ["down"] * 2
+        assert restarts == []
+    finally:
+        dog.close()
+
+
+def test_without_a_unit_it_only_reports(insim: object) -> None:
+    sim: SimServer = insim(engine="wedge")  # type: ignore[operator]
+    lines: list[str] = []
+    dog = _dog(sim.base_url, None, lines, wedge_verdicts=1)
+    try:
+        verdicts = run_loop(dog, 2)
+        assert verdicts[-1].verdict == "wedged" and not verdicts[-1].restarted
+        assert any(line.startswith("would restart the serving unit (no --unit given)") for line in lines)
+    finally:
+        dog.close()
+
+
+# ---- the command ----------------------------------------------------------------------------------------
+
+
+def _fake_systemctl(tmp_path: Path, show: str) -> Path:
+    """A stand-in for systemctl (the real one is exercised in checks/test_system_monitoring.py): it answers
+    `show` with `show` and records every call."""
+    script = tmp_path / "systemctl"
+    calls = tmp_path / "calls"
+    script.write_text(
+        f'#!/bin/sh\necho "$@" >> {calls}\n'
+        f"case \"$1\" in show) printf '%s\\n' '{show}' | tr ';' '\\n' ;; esac\n"
+    )
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return script
+
+
+def _station(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "vllm_station", "watchdog", *args],
+        capture_output=True, text=True, timeout=timeout, check=False,
+        env={k: v for k, v in os.environ.items() if k not in ("STATION_API_KEY", "OPENAI_API_KEY")},
+    )  # fmt: skip
+
+
+def test_cli_restarts_the_unit_through_systemctl_and_exports(insim: object, tmp_path: Path) -> None:
+    sim: SimServer = insim(engine="wedge")  # type: ignore[operator]
+    systemctl = _fake_systemctl(tmp_path, "ActiveState=active;SubState=running;Result=success;NRestarts=0")
+    out = _station(
+        "--base-url", sim.base_url, "--unit", "vllm-station.service", "--systemctl", str(systemctl),
+        "--interval", "0.5", "--probe-timeout", "0.4", "--wedge-verdicts", "2", "--cycles", "3", "--json",
+        "--textfile-dir", str(tmp_path),
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    verdicts = [json.loads(line) for line in out.stdout.splitlines()]
+    assert [v["verdict"] for v in verdicts] == ["no-baseline", "wedged", "wedged"]
+    assert verdicts[-1]["restarted"] is True
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert "restart --no-block vllm-station.service" in calls
+    assert sum(c.startswith("show") for c in calls) == 3
+    assert "restarting vllm-station.service (systemctl restart --no-block vllm-station.service)" in out.stderr
+    exported = textfile.read(tmp_path / watchdog.TEXTFILE)
+    assert exported["station_watchdog_unit_start_limit_hit"] == 0
+    assert exported["station_watchdog_restarts_total"] == 1
+
+
+def test_cli_says_once_that_the_start_limit_refused_the_unit(insim: object, tmp_path: Path) -> None:
+    sim: SimServer = insim()  # type: ignore[operator]
+    systemctl = _fake_systemctl(
+        tmp_path, "ActiveState=failed;SubState=failed;Result=start-limit-hit;NRestarts=2"
+    )
+    out = _station(
+        "--base-url", sim.base_url, "--unit", "vllm-station.service", "--systemctl", str(systemctl),
+        "--interval", "0.2", "--probe-timeout", "0.2", "--cycles", "3", "--textfile-dir", str(tmp_path),
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.count("failed by its start limit (start-limit-hit)") == 1, out.stderr
+    assert "systemctl reset-failed vllm-station.service" in out.stderr
+    assert textfile.read(tmp_path / watchdog.TEXTFILE)["station_watchdog_unit_start_limit_hit"] == 1
+    assert not any(c.startswith("restart") for c in (tmp_path / "calls").read_text().splitlines())
+
+
+def test_cli_bad_arguments_exit_2() -> None:
+    out = _station(
+        "--base-url", "http://127.0.0.1:1", "--interval", "1", "--probe-timeout", "5", "--cycles", "1"
+    )
+    assert (
+        out.returncode == 2 and "must not exceed --interval" in out.stderr and "Traceback" not in out.stderr
+    )
+
+
+# ---- real vLLM ------------------------------------------------------------------------------------------
+
+
+def test_real_vllm_reads_ok_and_its_progress_metrics_exist(tools_server: VllmServer) -> None:
+    lines: list[str] = []
+    dog = _dog(tools_server.base_url, None, lines, interval_s=5.0, probe_timeout_s=5.0)
+    try:
+        verdicts = run_loop(dog, 2, sleep=lambda _s: None)
+        assert [v.verdict for v in verdicts] == ["ok", "ok"], lines
+        look = dog.look()
+        assert look.signature is not None
+        for name in ("vllm:generation_tokens_total", "vllm:prompt_tokens_total", "vllm:kv_cache_usage_perc"):
+            assert name in look.signature, sorted(look.signature)
+        assert set(watchdog.SHOWN.values()) <= set(look.shown.keys()) | set(watchdog.SHOWN.values())
+        assert {"generation_tokens", "kv_cache_usage", "running", "waiting"} <= set(look.shown)
+    finally:
+        dog.close()
