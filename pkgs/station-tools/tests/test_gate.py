@@ -147,7 +147,7 @@ def test_unreadable_stamp_is_refused(verified: Path, capsys: pytest.CaptureFixtu
     assert station("gate", "stamp", str(verified)) == 1
     assert gate_line(capsys) == (
         f"vllm-station: refusing to start: the verify stamp {stamp} is unusable: "
-        f"cannot read: it is a directory, not a file; run: station verify {verified}"
+        f"cannot read: it is a directory, not a regular file; run: station verify {verified}"
     )
 
 

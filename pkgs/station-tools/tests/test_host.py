@@ -97,7 +97,7 @@ def test_garbled_files_name_path_and_problem(tmp_path: Path, rel: str, problem: 
 def test_unreadable_and_missing_files(tmp_path: Path) -> None:
     root = gb300_root(tmp_path)
     make_unreadable(root, f"{NODE_DIR}/node1/meminfo")
-    with pytest.raises(sysfs.HostReadError, match="unreadable: is a directory"):
+    with pytest.raises(sysfs.HostReadError, match="unreadable: it is a directory"):
         sysfs.node_meminfo(root, 1)
     (root / NODE_DIR / "node0" / "cpulist").unlink()
     with pytest.raises(sysfs.HostReadError, match="cpulist: missing"):

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vllm_station import checkpoint_args
+from vllm_station import bounded, checkpoint_args
 from vllm_station.checkpoint.hashes import HashRecord, RecordedFile, read_hash_record, write_hash_record
 from vllm_station.checkpoint.layout import CONFIG_NAME, INDEX_NAME, QUANT_CONFIG_NAME
 from vllm_station.checkpoint.stamp import remove_stamp
@@ -128,7 +128,7 @@ def read_token(token_file: Path | None) -> tuple[str | None, str]:
     """(token, where it came from) — the token itself is never logged or printed."""
     if token_file is not None:
         try:
-            text = token_file.read_text(encoding="utf-8")
+            text = bounded.read_text(token_file, limit=bounded.KEY_LIMIT)
         except OSError as exc:
             raise UsageError(f"cannot read --token-file {token_file}: {exc.strerror or exc}") from exc
         lines = text.strip().splitlines()

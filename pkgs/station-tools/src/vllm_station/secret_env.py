@@ -18,7 +18,7 @@ import os
 import re
 from pathlib import Path
 
-from vllm_station import process
+from vllm_station import bounded, process
 from vllm_station.errors import UsageError
 
 MAX_SECRET_BYTES = 64 * 1024
@@ -48,7 +48,7 @@ def parse_spec(spec: str) -> tuple[str, Path]:
 def read_secret(name: str, path: Path) -> str:
     """The value in `path`; errors name the variable and the file, never the contents."""
     try:
-        with path.open("rb") as f:
+        with bounded.open_regular(path) as f:
             data = f.read(MAX_SECRET_BYTES + 1)
     except OSError as exc:
         raise UsageError(f"cannot read {name} from {path}: {exc.strerror or exc}") from exc

@@ -20,9 +20,8 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
-from vllm_station import argtypes
+from vllm_station import argtypes, bounded
 from vllm_station.api import ApiClient, ApiError, ApiUnreachable, HttpStatusError, load_api_key
 from vllm_station.api.args import add_endpoint_args
 from vllm_station.errors import EXIT_OK, CheckFailed, Unreachable, UsageError
@@ -183,7 +182,7 @@ def wait(
 def _alive(pid: int) -> bool:
     """The process exists and has not exited (a zombie waiting for its parent counts as exited)."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        stat = bounded.read_text(f"/proc/{pid}/stat", limit=bounded.SYSFS_LIMIT, errors="replace")
     except OSError:
         return False
     return stat.rpartition(")")[2].split()[:1] != ["Z"]

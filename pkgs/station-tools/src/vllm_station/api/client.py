@@ -32,6 +32,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
+from vllm_station import bounded
 from vllm_station.api.errors import (
     ApiError,
     ApiKeyError,
@@ -130,15 +131,17 @@ def load_api_key(key_file: str | os.PathLike[str] | None, env: Mapping[str, str]
     if key_file is not None:
         path = Path(key_file)
         try:
-            key = path.read_text(encoding="utf-8").strip()
+            key = bounded.read_text(path, limit=bounded.KEY_LIMIT).strip()
         except FileNotFoundError:
             raise ApiKeyError(f"API key file {path}: not found (--api-key-file)") from None
         except IsADirectoryError:
             raise ApiKeyError(f"API key file {path}: is a directory (--api-key-file)") from None
         except PermissionError:
             raise ApiKeyError(f"API key file {path}: permission denied (--api-key-file)") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ApiKeyError(f"API key file {path}: cannot read it ({type(exc).__name__})") from None
+        except OSError as exc:
+            raise ApiKeyError(f"API key file {path}: cannot read it ({exc.strerror or exc})") from None
+        except UnicodeDecodeError:
+            raise ApiKeyError(f"API key file {path}: cannot read it (not UTF-8 text)") from None
         origin = f"API key file {path}"
         if not key:
             raise ApiKeyError(f"{origin} is empty")

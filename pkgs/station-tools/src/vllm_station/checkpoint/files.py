@@ -8,6 +8,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from vllm_station import bounded
+
 MAX_LISTED = 5  # problems of one kind per file before "and N more"
 
 
@@ -32,7 +34,7 @@ def join_limited(items: list[str]) -> str:
 def load_json(path: Path) -> Any:
     """Parsed JSON. Raises ValueError naming the problem ("missing", unreadable, not UTF-8, not JSON)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = bounded.read_text(path, limit=bounded.CONFIG_LIMIT)
     except FileNotFoundError as exc:
         raise ValueError("missing") from exc
     except OSError as exc:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vllm_station import bounded
 from vllm_station.checkpoint.files import load_json, now_utc, write_json_atomic
 
 HASHES_NAME = ".station-hashes.json"
@@ -86,7 +87,7 @@ def hash_file(path: Path, want_blob: bool) -> tuple[str, str | None]:
         blob.update(f"blob {size}\0".encode())
     buf = bytearray(HASH_CHUNK)
     view = memoryview(buf)
-    with open(path, "rb", buffering=0) as f:
+    with bounded.open_regular(path) as f:
         fd = f.fileno()
         done = 0
         while True:

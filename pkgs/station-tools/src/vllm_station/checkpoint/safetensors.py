@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vllm_station import bounded
 from vllm_station.checkpoint.files import join_limited, read_error
 
 MAX_HEADER_BYTES = 100_000_000  # the safetensors library's own limit
@@ -179,7 +180,7 @@ def _tensor(name: str, entry: Any) -> TensorInfo | str:
 def read_shard_header(path: Path) -> dict[str, TensorInfo]:
     """Parse a safetensors header and check it against the file size. Raises ShardError."""
     try:
-        with open(path, "rb") as f:
+        with bounded.open_regular(path) as f:
             size = os.fstat(f.fileno()).st_size
             if size < 8:
                 raise ShardError(f"file is {size} bytes, too short for a safetensors header (truncated?)")

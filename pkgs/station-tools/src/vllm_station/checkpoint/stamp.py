@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from vllm_station import bounded
 from vllm_station.checkpoint.files import now_utc, read_error, write_json_atomic
 
 STAMP_NAME = ".station-verified.json"
@@ -163,7 +164,7 @@ def read_stamp(dir_or_file: Path) -> Stamp:
     """The stamp of a checkpoint directory (or a stamp file). Raises StampMissing or StampError."""
     path = stamp_path(Path(dir_or_file))
     try:
-        text = path.read_text(encoding="utf-8")
+        text = bounded.read_text(path, limit=bounded.CONFIG_LIMIT)
     except FileNotFoundError as exc:
         raise StampMissing(path, "missing") from exc
     except OSError as exc:

@@ -11,12 +11,16 @@ message when the source cannot be read at all.
 
 from __future__ import annotations
 
+import logging
 import re
 import shutil
 import subprocess
 from pathlib import Path
 
+from vllm_station import bounded
 from vllm_station.errors import Unreachable
+
+log = logging.getLogger(__name__)
 
 JOURNAL_TIMEOUT_S = 30.0
 
@@ -28,9 +32,13 @@ def decode(data: bytes) -> str:
 
 
 def read_log_file(path: Path) -> str:
-    """The file's text; Unreachable (exit 3) when it cannot be read."""
+    """The file's text (its last `bounded.LOG_LIMIT` bytes: the current start is at the end); Unreachable
+    (exit 3) when it cannot be read or is not a regular file (`/dev/zero`, a FIFO)."""
     try:
-        return decode(path.read_bytes())
+        data, skipped = bounded.read_tail(path, limit=bounded.LOG_LIMIT)
+        if skipped:
+            log.warning("%s: reading only its last %d MiB", path, bounded.LOG_LIMIT // bounded.MiB)
+        return decode(data)
     except FileNotFoundError as err:
         raise Unreachable(f"log file {path} does not exist") from err
     except IsADirectoryError as err:

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vllm_station import bounded
 from vllm_station.errors import StationError, UsageError
 
 ENV_LIBNUMA = "STATION_LIBNUMA"
@@ -332,7 +333,7 @@ def mems_allowed(pid: int | str = "self", proc: Path = Path("/proc")) -> list[in
     """Mems_allowed_list from /proc/<pid>/status (the cpuset's memory nodes for that process)."""
     path = proc / str(pid) / "status"
     try:
-        text = path.read_text()
+        text = bounded.read_text(path, limit=bounded.SYSFS_LIMIT, errors="replace")
     except OSError as exc:
         raise StationError(f"cannot read {path}: {exc.strerror}") from exc
     for line in text.splitlines():
@@ -353,7 +354,7 @@ def policy_of_pid(pid: int | str = "self", proc: Path = Path("/proc")) -> str:
     """
     path = proc / str(pid) / "numa_maps"
     try:
-        text = path.read_text()
+        text = bounded.read_text(path, limit=bounded.SYSFS_LIMIT * 16, errors="replace")
     except OSError as exc:
         raise StationError(f"cannot read {path}: {exc.strerror}") from exc
     counts: dict[str, int] = {}

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from vllm_station import bounded
+
 T = TypeVar("T")
 
 LIBRARY_ENV = "STATION_NVML_LIBRARY"
@@ -85,7 +87,7 @@ def _text(value: Any) -> str:
 
 def _proc_text(pid: int, name: str, root: Path) -> str:
     try:
-        raw = (root / "proc" / str(pid) / name).read_bytes()
+        raw = bounded.read_bytes(root / "proc" / str(pid) / name, limit=bounded.SYSFS_LIMIT)
     except OSError:
         return ""
     return raw.replace(b"\0", b" ").decode("utf-8", errors="replace").strip()

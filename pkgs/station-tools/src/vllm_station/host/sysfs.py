@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from vllm_station import bounded
 from vllm_station.errors import StationError
 
 # Said by prestart and preflight when the GPU's memory is no NUMA node (CDMM driver mode, or a
@@ -35,7 +36,7 @@ class NodeNotFound(HostReadError):
 
 def read_text(path: Path) -> str:
     try:
-        return path.read_text(encoding="ascii", errors="replace")
+        return bounded.read_text(path, limit=bounded.SYSFS_LIMIT, encoding="ascii", errors="replace")
     except FileNotFoundError as err:
         raise HostReadError(path, "missing") from err
     except IsADirectoryError as err:
@@ -254,6 +255,6 @@ def socket_owners(root: Path, inodes: set[int]) -> list[SocketOwner]:
 
 def _read_optional(path: Path) -> str:
     try:
-        return path.read_text(encoding="utf-8", errors="replace")
+        return bounded.read_text(path, limit=bounded.SYSFS_LIMIT, errors="replace")
     except OSError:
         return ""

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from vllm_station import bounded
 from vllm_station.errors import StationError, UsageError
 
 log = logging.getLogger(__name__)
@@ -142,7 +143,7 @@ class PreflightConfig:
     @classmethod
     def load(cls, path: Path) -> PreflightConfig:
         try:
-            text = path.read_text(encoding="utf-8")
+            text = bounded.read_text(path, limit=bounded.CONFIG_LIMIT)
         except OSError as err:
             raise UsageError(f"cannot read preflight config {path}: {err.strerror or err}") from err
         try:

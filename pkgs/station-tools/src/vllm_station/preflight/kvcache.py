@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vllm_station import bounded
 from vllm_station.checkpoint.files import load_json
 from vllm_station.checkpoint.layout import CONFIG_NAME, read_kv_cache_quant
 
@@ -266,7 +267,7 @@ def measured_from_logs(
     logs = sorted(log_dir.glob(f"{container}-*.log"), key=lambda p: p.name, reverse=True)
     for path in logs:
         try:
-            with path.open("rb") as f:
+            with bounded.open_regular(path) as f:
                 text = f.read(limit).decode("utf-8", errors="replace")
         except OSError:
             continue

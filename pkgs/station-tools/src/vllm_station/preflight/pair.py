@@ -35,6 +35,7 @@ from urllib.parse import urlparse
 
 import httpx
 
+from vllm_station import bounded
 from vllm_station.checkpoint.stamp import STAMP_NAME, Stamp, StampError, StampMissing, read_stamp
 from vllm_station.host.nvml import GpuProcess, NvmlUnavailable
 from vllm_station.preflight.checks import nvml_report
@@ -88,7 +89,7 @@ def _missing(name: str, option: str, what: str) -> CheckResult:
 def _read(path: Path) -> str | None:
     """A sysfs file's stripped text; None when missing; OSError text for unreadable (e.g. EINVAL)."""
     try:
-        return path.read_text(encoding="ascii", errors="replace").strip()
+        return bounded.read_text(path, limit=bounded.SYSFS_LIMIT, encoding="ascii", errors="replace").strip()
     except FileNotFoundError:
         return None
 
