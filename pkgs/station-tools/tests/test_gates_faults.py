@@ -62,9 +62,10 @@ def test_every_serving_fault_has_a_mode() -> None:
 @pytest.mark.parametrize("fault", C.SERVING_FAULTS)
 def test_fault_fails_exactly_the_affected_cases(fault: str) -> None:
     want = sorted(c.id for c in CASES if AFFECTED[fault](c))
-    with SimServer(SimConfig(gates=fault, ttft=0, itl=0, model="glm-sim")) as sim, ApiClient(
-        sim.base_url, timeout=30
-    ) as api:
+    with (
+        SimServer(SimConfig(gates=fault, ttft=0, itl=0, model="glm-sim")) as sim,
+        ApiClient(sim.base_url, timeout=30) as api,
+    ):
         rep = run_battery(api, "glm-sim", CASES, Sampling(), quiet=True)
     failed = {r.id: r for r in rep.results if not r.passed}
     print(f"\n{fault}: {len(failed)}/{rep.cases} fail: {', '.join(sorted(failed))}")
@@ -75,4 +76,6 @@ def test_fault_fails_exactly_the_affected_cases(fault: str) -> None:
     assert rep.by_class == ({fault: len(want)} if want else {})
     # the streaming faults break only the streamed answer; the reasoning one in arguments breaks both
     variants = {f.variant for r in failed.values() for f in r.failures}
-    assert variants == (set() if not want else {"plain", "stream"} if fault == C.REASONING_IN_ARGUMENTS else {"stream"})
+    assert variants == (
+        set() if not want else {"plain", "stream"} if fault == C.REASONING_IN_ARGUMENTS else {"stream"}
+    )

@@ -55,7 +55,9 @@ def test_battery_counts_per_category() -> None:
     }
     assert {"string", "integer", "number", "boolean", "array", "object"} <= types
     choices = {json.dumps(c.tool_choice) for c in cases}
-    assert {'"none"', '"required"', '"auto"'} <= choices and any(isinstance(c.tool_choice, dict) for c in cases)
+    assert {'"none"', '"required"', '"auto"'} <= choices and any(
+        isinstance(c.tool_choice, dict) for c in cases
+    )
 
 
 def test_reference_deployment_passes_every_case(reference: SimServer) -> None:
@@ -103,14 +105,15 @@ OWN = {
             "id": "ops-restart",
             "prompt": "Restart the nginx service, please.",
             "tools": ["restart_service", "get_server_status"],
-            "calls": [{"name": "restart_service", "arguments": {"unit": ["nginx", "nginx.service"], "force": [None, False]}}],
+            "calls": [{"name": "restart_service",
+                       "arguments": {"unit": ["nginx", "nginx.service"], "force": [None, False]}}],
         }
     ],
 }  # fmt: skip
 
 
 def test_operator_cases_with_their_own_tool(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """An operator's file adds a tool and a case; the simulator's reference serves it like the shipped ones."""
+    """An operator's file adds a tool of its own and a case that uses it next to a shipped tool."""
     path = case_file(tmp_path, OWN)
     cases = load_tool_cases([path], builtin=False)
     assert [c.id for c in cases] == ["ops-restart"] and cases[0].category == "ops"
@@ -122,13 +125,21 @@ def test_operator_cases_with_their_own_tool(tmp_path: Path, capsys: pytest.Captu
     ("edit", "message"),
     [
         (lambda c: c["cases"][0].update(tools=["nope"]), "unknown tools nope"),
-        (lambda c: c["cases"][0]["calls"][0]["arguments"].update(unit=[3]), "violates restart_service's schema"),
-        (lambda c: c["cases"][0]["calls"][0]["arguments"].pop("unit"), "required parameter 'unit'"),
-        (lambda c: c["cases"][0]["calls"][0]["arguments"].update(colour=["red"]), "has no parameter 'colour'"),
-        (lambda c: c["cases"][0].update(tool_choice="none"), "tool_choice none cannot expect calls"),
-        (lambda c: c["cases"][0].update(results={"restart_service": {}}), "needs \"answer\" facts"),
         (
-            lambda c: c["cases"][0].update(results={"restart_service": {}}, answer=[["done"]], reference_answer="ok"),
+            lambda c: c["cases"][0]["calls"][0]["arguments"].update(unit=[3]),
+            "violates restart_service's schema",
+        ),
+        (lambda c: c["cases"][0]["calls"][0]["arguments"].pop("unit"), "required parameter 'unit'"),
+        (
+            lambda c: c["cases"][0]["calls"][0]["arguments"].update(colour=["red"]),
+            "has no parameter 'colour'",
+        ),
+        (lambda c: c["cases"][0].update(tool_choice="none"), "tool_choice none cannot expect calls"),
+        (lambda c: c["cases"][0].update(results={"restart_service": {}}), 'needs "answer" facts'),
+        (
+            lambda c: c["cases"][0].update(
+                results={"restart_service": {}}, answer=[["done"]], reference_answer="ok"
+            ),
             "does not state the fact",
         ),
         (lambda c: c["cases"].append(dict(c["cases"][0], id="ops-2")), "repeats the prompt"),
@@ -137,7 +148,7 @@ def test_operator_cases_with_their_own_tool(tmp_path: Path, capsys: pytest.Captu
 def test_broken_case_files_are_usage_errors(tmp_path: Path, edit: Any, message: str) -> None:
     obj = json.loads(json.dumps(OWN))
     edit(obj)
-    with pytest.raises(UsageError, match="mine.json: case 'ops-") as err:
+    with pytest.raises(UsageError, match=r"mine\.json: case 'ops-") as err:
         load_tool_cases([case_file(tmp_path, obj)], builtin=False)
     assert message in str(err.value)
 
@@ -187,12 +198,17 @@ def test_ast_check_classes(args: str, cls: str | None) -> None:
 
 def test_ast_check_calls() -> None:
     two = [WEATHER, ExpectedCall("get_weather", {"location": ["Rome"], "unit": [None]})]
-    rome, paris = call("get_weather", '{"location": "Rome"}', 0), call("get_weather", '{"location": "Paris"}', 1)
+    rome, paris = (
+        call("get_weather", '{"location": "Rome"}', 0),
+        call("get_weather", '{"location": "Paris"}', 1),
+    )
     assert ast_check([rome, paris], two, SCHEMAS, False) == []  # any order
     assert [p[0] for p in ast_check([paris], two, SCHEMAS, False)] == [C.WRONG_COUNT]
     assert [p[0] for p in ast_check([], [WEATHER], SCHEMAS, False)] == [C.NO_CALL]
     assert [p[0] for p in ast_check([paris], [], SCHEMAS, False)] == [C.UNEXPECTED_CALL]
-    assert [p[0] for p in ast_check([call("get_time", "{}")], [WEATHER], SCHEMAS, False)] == [C.WRONG_FUNCTION]
+    assert [p[0] for p in ast_check([call("get_time", "{}")], [WEATHER], SCHEMAS, False)] == [
+        C.WRONG_FUNCTION
+    ]
 
 
 def test_exact_and_json_matchers() -> None:
@@ -233,7 +249,9 @@ def test_stream_check_classes() -> None:
     date = Answer("plain", calls=[call("get_current_date", "{}")], finish_reason="tool_calls")
     dropped = stream([], {})
     zero = ExpectedCall("get_current_date", {})
-    assert [p[0] for p in stream_check(date, dropped, [zero], {"get_current_date": {}})] == [C.ZERO_ARG_DROPPED]
+    assert [p[0] for p in stream_check(date, dropped, [zero], {"get_current_date": {}})] == [
+        C.ZERO_ARG_DROPPED
+    ]
     # other disagreements
     lyon = stream([call("get_weather", '{"location": "Lyon"}')], {0: ['{"location": "Lyon"}']})
     assert [p[0] for p in stream_check(plain, lyon, [WEATHER], SCHEMAS)] == [C.STREAM_MISMATCH]

@@ -27,6 +27,7 @@ is a usage error naming its file and id, never a false failure of the model.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -95,11 +96,11 @@ def first_user_text(messages: Iterable[dict[str, Any]]) -> str:
     return ""
 
 
-def _data_dir() -> Any:
+def data_dir() -> Any:
     return resources.files("vllm_station.gates") / "data"
 
 
-def _read(path: Any, label: str) -> dict[str, Any]:
+def read_json(path: Any, label: str) -> dict[str, Any]:
     try:
         obj = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -115,7 +116,7 @@ def _read(path: Any, label: str) -> dict[str, Any]:
 
 def tool_library() -> dict[str, dict[str, Any]]:
     """The shipped tool definitions by name (`data/tools.json`)."""
-    obj = _read(_data_dir() / "tools.json", "gates data tools.json")
+    obj = read_json(data_dir() / "tools.json", "gates data tools.json")
     tools: dict[str, dict[str, Any]] = obj["tools"]
     return tools
 
@@ -126,7 +127,7 @@ def _tool_object(name: str, spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _builtin_files() -> list[tuple[Any, str]]:
-    d = _data_dir() / "tools"
+    d = data_dir() / "tools"
     return sorted(
         ((p, f"{BUILTIN}:{p.name}") for p in d.iterdir() if p.name.endswith(".json")), key=lambda x: x[1]
     )
@@ -153,7 +154,7 @@ def load_tool_cases(extra: Iterable[Path] = (), *, builtin: bool = True) -> list
     seen_ids: dict[str, str] = {}
     seen_prompts: dict[str, str] = {}
     for path, label in files:
-        for case in _parse_file(_read(path, label), label, library):
+        for case in _parse_file(read_json(path, label), label, library):
             if case.id in seen_ids:
                 raise UsageError(f"{label}: case id {case.id!r} is also in {seen_ids[case.id]}")
             if case.prompt in seen_prompts:
@@ -214,12 +215,9 @@ def _parse_case(
     tool_objs = [_tool_object(n, tools[n]) for n in names]
     schemas = {n: tools[n].get("parameters") or {} for n in names}
     for n, schema in schemas.items():
-        try:
-            jsonschema.Draft202012Validator.check_schema(schema)
-        except jsonschema.SchemaError as exc:
-            raise UsageError(
-                f"{where}: tool {n}'s parameters are not a valid JSON schema: {exc.message}"
-            ) from None
+        problem = _schema_problem(json.dumps(schema, sort_keys=True))
+        if problem:
+            raise UsageError(f"{where}: tool {n}'s parameters are not a valid JSON schema: {problem}")
     choice = c.get("tool_choice", "auto")
     if isinstance(choice, dict):
         named = (choice.get("function") or {}).get("name")
@@ -265,6 +263,16 @@ def _parse_case(
         reference_answer=reference,
         source=label,
     )
+
+
+@functools.lru_cache(maxsize=256)
+def _schema_problem(schema_json: str) -> str | None:
+    """Why a tool's parameters are not a valid JSON schema (None: they are); each schema checked once."""
+    try:
+        jsonschema.Draft202012Validator.check_schema(json.loads(schema_json))
+    except jsonschema.SchemaError as exc:
+        return str(exc.message)
+    return None
 
 
 def _parse_call(rc: Any, where: str, schemas: dict[str, dict[str, Any]]) -> ExpectedCall:

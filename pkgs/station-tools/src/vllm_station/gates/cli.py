@@ -18,8 +18,10 @@ from typing import Any
 from vllm_station import report
 from vllm_station.api.args import add_endpoint_args, endpoint_from_args
 from vllm_station.errors import EXIT_FAIL, EXIT_OK, UsageError
+from vllm_station.gates.agent import DEFAULT_MAX_TURNS, load_agent_tasks
 from vllm_station.gates.cases import ToolCase, load_tool_cases
-from vllm_station.gates.common import Sampling, resolve_model
+from vllm_station.gates.common import Sampling, max_model_len, resolve_model
+from vllm_station.gates.needle import DEFAULT_DEPTHS, DEFAULT_LENGTHS, VARIANTS
 
 
 def _json_object(text: str) -> dict[str, Any]:
@@ -50,7 +52,7 @@ def _common(sp: argparse.ArgumentParser, timeout: float, max_tokens: int) -> Non
         type=_json_object,
         default={},
         metavar="JSON",
-        help="more fields for every request, e.g. '{\"chat_template_kwargs\": {\"enable_thinking\": false}}'",
+        help='more fields for every request, e.g. \'{"chat_template_kwargs": {"enable_thinking": false}}\'',
     )
     sp.add_argument("--json", action="store_true", help="print the report as JSON (docs/gates.md)")
     sp.add_argument("--output", type=Path, metavar="FILE", help="also write the JSON report here")
@@ -87,8 +89,75 @@ def configure(parser: argparse.ArgumentParser) -> None:
     tools = verb("tools", "the tool-call battery: BFCL-style cases, each non-streamed and streamed")
     _common(tools, 120.0, 1024)
     case_options(tools)
-    listing = verb("list", "list the tool-call battery's cases (no server needed)")
+    agent = verb("agent", "the agent battery: multi-step tasks against a stateful tool environment")
+    _common(agent, 120.0, 1024)
+    agent.add_argument(
+        "--tasks",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="more task files (a file, or a directory of *.json), in the battery's format (repeatable)",
+    )
+    agent.add_argument(
+        "--no-builtin", action="store_true", help="only the --tasks files, not the shipped ones"
+    )
+    agent.add_argument(
+        "--task", action="append", default=[], metavar="ID", help="only this task (repeatable)"
+    )
+    agent.add_argument(
+        "--repeats", type=int, default=1, metavar="K", help="trials per task, for pass^k (default 1)"
+    )
+    agent.add_argument(
+        "--max-turns",
+        type=int,
+        default=DEFAULT_MAX_TURNS,
+        metavar="N",
+        help=f"answers per trial (default {DEFAULT_MAX_TURNS})",
+    )
+    agent.add_argument(
+        "--no-stream", action="store_true", help="ask non-streamed (default: streamed, as agents do)"
+    )
+    needle = verb(
+        "needle", "long-context retrieval: needles at exact prompt lengths up to ~90% of max_model_len"
+    )
+    _common(needle, 900.0, 256)
+    needle.add_argument(
+        "--lengths",
+        default=",".join(DEFAULT_LENGTHS),
+        help="prompt lengths: N% of max_model_len, Nk (x1024) or tokens (default "
+        + ",".join(DEFAULT_LENGTHS)
+        + ")",
+    )
+    needle.add_argument(
+        "--depths",
+        default=",".join(map(str, DEFAULT_DEPTHS)),
+        help="needle depths in percent (default 0,50,100)",
+    )
+    needle.add_argument(
+        "--variants", default=",".join(VARIANTS), help=f"which of {', '.join(VARIANTS)} (default all)"
+    )
+    needle.add_argument(
+        "--max-model-len",
+        type=int,
+        default=None,
+        metavar="N",
+        help="when /v1/models does not say (vLLM does)",
+    )
+    needle.add_argument(
+        "--calibration-cache",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="the /tokenize calibration file (default ~/.cache/vllm-station/needle-calibration.json)",
+    )
+    needle.add_argument("--no-calibration-cache", action="store_true", help="calibrate afresh, keep nothing")
+    needle.add_argument("--seed", type=int, default=0, help="haystack and needle seed (default 0)")
+    listing = verb("list", "list the batteries' cases and tasks (no server needed)")
     case_options(listing)
+    listing.add_argument(
+        "--tasks", type=Path, action="append", default=[], metavar="PATH", help="more task files"
+    )
 
 
 def _emit(rep: Any, args: argparse.Namespace, text: str) -> None:
@@ -132,7 +201,35 @@ def _run_list(args: argparse.Namespace) -> int:
     cases = _tool_cases(args)
     rows = [(c.id, c.category, ", ".join(e.name for e in c.calls) or "(no call)", c.source) for c in cases]
     print(report.table(["case", "category", "expects", "source"], rows))
+    tasks = load_agent_tasks(args.tasks, builtin=not args.no_builtin)
+    print()
+    print(report.table(["task", "domain", "reference turns", "source"],
+                       [(t.id, t.domain, len(t.reference), t.source) for t in tasks]))  # fmt: skip
+    print(f"\n{len(cases)} tool-call cases, {len(tasks)} agent tasks")
     return EXIT_OK
+
+
+def _run_agent(args: argparse.Namespace) -> int:
+    from vllm_station.gates.agent import render, run_battery
+
+    if args.repeats < 1 or args.max_turns < 1:
+        raise UsageError("--repeats and --max-turns must be at least 1")
+    tasks = load_agent_tasks(args.tasks, builtin=not args.no_builtin)
+    if args.task:
+        unknown = sorted(set(args.task) - {t.id for t in tasks})
+        if unknown:
+            raise UsageError(f"--task {', '.join(unknown)}: no such task (see `station gates list`)")
+        tasks = [t for t in tasks if t.id in args.task]
+    sampling = _sampling(args)
+    ep = endpoint_from_args(args)
+    with ep.client(timeout=args.timeout) as api:
+        model = resolve_model(api, args.model)
+        rep = run_battery(
+            api, model, tasks, sampling, repeats=args.repeats, stream=not args.no_stream,
+            max_turns=args.max_turns, quiet=args.quiet,
+        )  # fmt: skip
+    _emit(rep, args, render(rep))
+    return EXIT_OK if rep.result == "pass" else EXIT_FAIL
 
 
 def _run_tools(args: argparse.Namespace) -> int:
@@ -148,9 +245,44 @@ def _run_tools(args: argparse.Namespace) -> int:
     return EXIT_OK if rep.result == "pass" else EXIT_FAIL
 
 
+def _run_needle(args: argparse.Namespace) -> int:
+    from vllm_station.gates.needle import (
+        default_cache,
+        parse_depths,
+        parse_lengths,
+        plan,
+        render,
+        run_battery,
+    )
+
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown or not variants:
+        raise UsageError(f"--variants {args.variants!r}: choose from {', '.join(VARIANTS)}")
+    depths = parse_depths(args.depths)
+    sampling = _sampling(args)
+    cache = None if args.no_calibration_cache else (args.calibration_cache or default_cache())
+    ep = endpoint_from_args(args)
+    with ep.client(timeout=args.timeout) as api:
+        model = resolve_model(api, args.model)
+        mml = args.max_model_len or max_model_len(api, model)
+        if mml is None:
+            raise UsageError("the server does not report max_model_len: pass --max-model-len")
+        cases = plan(parse_lengths(args.lengths, mml), depths, variants)
+        rep = run_battery(
+            api, model, cases, sampling, max_model_len=mml, cache=cache, seed=args.seed, quiet=args.quiet
+        )
+    _emit(rep, args, render(rep))
+    return EXIT_OK if rep.result == "pass" else EXIT_FAIL
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.gate == "needle":
+        return _run_needle(args)
     if args.gate == "tools":
         return _run_tools(args)
     if args.gate == "list":
         return _run_list(args)
+    if args.gate == "agent":
+        return _run_agent(args)
     raise UsageError(f"unknown gate {args.gate!r}")  # argparse's choices make this unreachable

@@ -29,7 +29,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vllm_station.gates import classes as C
+from vllm_station.gates.agent import AgentTask, load_agent_tasks
 from vllm_station.gates.cases import ToolCase, first_user_text, load_tool_cases
+from vllm_station.gates.needle import RECORD_TOOL, find_answer
 
 REFERENCE = "reference"
 MODES = (REFERENCE, *C.SERVING_FAULTS)
@@ -99,6 +101,7 @@ class GatesModel:
         self.mode = mode
         self.max_model_len = max_model_len
         self.cases: dict[str, ToolCase] = {c.prompt: c for c in load_tool_cases()}
+        self.tasks: dict[str, AgentTask] = {t.instruction: t for t in load_agent_tasks()}
 
     def answer(self, body: dict[str, Any], prompt_tokens: int) -> Rendered | None:
         """A gates request's answer as the server sends it, or None for any other request."""
@@ -114,7 +117,11 @@ class GatesModel:
         prompt = first_user_text(messages)
         turn = sum(1 for m in messages if m.get("role") == "assistant" and m.get("tool_calls"))
         choice = body.get("tool_choice", "auto")
-        reply = self._tool_case(prompt, turn, choice)
+        reply = (
+            self._tool_case(prompt, turn, choice)
+            or self._agent_task(prompt, turn)
+            or self._needle(messages, bool(body.get("tools")))
+        )
         if reply is None:
             return None
         if self.mode == C.LONG_CONTEXT and prompt_tokens > LONG_CONTEXT_FRACTION * self.max_model_len:
@@ -129,6 +136,27 @@ class GatesModel:
             return Reply(REASONING, case.reference_answer or NO_TOOL_ANSWER)
         calls = [(e.name, json.dumps(e.reference_arguments(), ensure_ascii=False)) for e in case.calls]
         return Reply(REASONING, None, calls, named=isinstance(choice, dict))
+
+    def _agent_task(self, prompt: str, turn: int) -> Reply | None:
+        task = self.tasks.get(prompt)
+        if task is None:
+            return None
+        if turn >= len(task.reference):
+            return Reply(REASONING, task.reference_answer)
+        calls = [(name, json.dumps(args, ensure_ascii=False)) for name, args in task.reference[turn]]
+        return Reply(REASONING, None, calls)
+
+    @staticmethod
+    def _needle(messages: list[dict[str, Any]], tools: bool) -> Reply | None:
+        last = next((m for m in reversed(messages) if m.get("role") == "user"), None)
+        found = find_answer(str(last.get("content") or "")) if last is not None else None
+        if found is None:
+            return None
+        key, value, tool = found
+        if tool and tools:
+            name = RECORD_TOOL["function"]["name"]
+            return Reply(REASONING, None, [(name, json.dumps({"key": key, "number": int(value)}))])
+        return Reply(REASONING, value)
 
     @staticmethod
     def _broken_long(reply: Reply) -> Reply:
