@@ -382,3 +382,16 @@ def test_stale_stamp_removed_when_a_new_download_starts(hub: FakeHub, tmp_path: 
     assert r.returncode == 1, r.stderr
     assert time.monotonic() - t0 < 120
     assert_not_verified(target)
+
+
+def test_a_stamp_that_cannot_be_removed_stops_the_download(hub: FakeHub, tmp_path: Path) -> None:
+    """A directory in the stamp's place cannot be unlinked (even by root): download must not go on
+    writing files under a stamp that would still say "verified"."""
+    target = tmp_path / "model"
+    (target / STAMP_NAME).mkdir(parents=True)
+    (target / STAMP_NAME / "keep").touch()
+    r = run_download(hub, tmp_path / "hf", target)
+    assert r.returncode == 1, r.stderr
+    assert f"cannot remove {target / STAMP_NAME} before downloading over it" in r.stderr
+    assert "Traceback" not in r.stderr
+    assert not any(p.suffix == ".safetensors" for p in target.iterdir())

@@ -43,7 +43,7 @@ from typing import Any
 from vllm_station import bounded, checkpoint_args
 from vllm_station.checkpoint.hashes import HashRecord, RecordedFile, read_hash_record, write_hash_record
 from vllm_station.checkpoint.layout import CONFIG_NAME, INDEX_NAME, QUANT_CONFIG_NAME
-from vllm_station.checkpoint.stamp import remove_stamp
+from vllm_station.checkpoint.stamp import STAMP_NAME, remove_stamp
 from vllm_station.checkpoint.verification import (
     Expectations,
     VerifyReport,
@@ -370,7 +370,13 @@ def run(args: argparse.Namespace) -> int:
             f"station download: removed {_gb(freed)} of partial files left by an earlier run", file=sys.stderr
         )
     check_space(directory, files)
-    remove_stamp(directory)
+    # a half-downloaded directory must never look verified: its stamp goes before any file changes
+    try:
+        remove_stamp(directory)
+    except OSError as exc:
+        raise DownloadFailed(
+            f"cannot remove {directory / STAMP_NAME} before downloading over it: {exc.strerror or exc}"
+        ) from exc
     previous = None
     with contextlib.suppress(ValueError):
         previous = read_hash_record(directory)

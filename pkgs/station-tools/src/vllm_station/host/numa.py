@@ -74,6 +74,8 @@ struct bitmask *numa_get_mems_allowed(void);
 long get_mempolicy(int *mode, unsigned long *nmask, unsigned long maxnode, void *addr, unsigned flags);
 long set_mempolicy(int mode, const unsigned long *nmask, unsigned long maxnode);
 """
+# every function _CDEF declares: a library without one of them is not libnuma
+_SYMBOLS = tuple(re.findall(r"(\w+)\(", _CDEF))
 
 
 class NumaUnavailable(StationError):
@@ -122,6 +124,14 @@ def _candidates() -> tuple[list[str], str]:
     return names, "the dynamic loader's search path"
 
 
+def _has_symbol(lib: Any, name: str) -> bool:
+    try:
+        getattr(lib, name)
+    except AttributeError:
+        return False
+    return True
+
+
 @functools.cache
 def _load() -> _Lib:
     """Open libnuma once; raise NumaUnavailable naming everything tried. Never called at import."""
@@ -140,6 +150,11 @@ def _load() -> _Lib:
             lib = ffi.dlopen(name)
         except OSError as exc:
             tried.append(f"{name} ({exc})")
+            continue
+        # cffi resolves symbols lazily: a library that is not libnuma fails here, not at the first call
+        missing = [sym for sym in _SYMBOLS if not _has_symbol(lib, sym)]
+        if missing:
+            tried.append(f"{name} (not libnuma: it has no {', '.join(missing[:3])})")
             continue
         return _Lib(ffi=ffi, lib=lib, path=name)
     raise NumaUnavailable(
