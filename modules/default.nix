@@ -15,6 +15,7 @@ in
     ./download.nix
     ./pair.nix
     ./gateway.nix
+    ./monitoring.nix
   ];
 
   options.services.vllm-station.package = mkOption {

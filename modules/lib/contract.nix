@@ -26,4 +26,8 @@ rec {
   # Station A's verified checkpoint, read-only over the rail, for station B's copy unit (`station copy`).
   shareUnit = "vllm-station-checkpoint-share";
   shareConfig = "${etcDir}/rsyncd.conf";
+
+  # node_exporter's textfile collector reads *.prom here; `station probe`, `watchdog`, `prestart` and
+  # `preflight` write them (vllm_station.textfile.DEFAULT_DIR is the same path, pinned by a test).
+  textfileDir = "/var/lib/vllm-station-metrics";
 }

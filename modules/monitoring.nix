@@ -1,0 +1,433 @@
+# services.vllm-station.monitoring: what catches what /health misses, on nixpkgs' own modules.
+#
+#   services.prometheus            scrapes vLLM's /metrics, node_exporter (and DCGM, the gateway's nginx),
+#                                  with the alert rules of ./monitoring/rules.nix (thresholds below)
+#   services.prometheus.exporters  node: the systemd collector (restart and start-time metrics), NUMA
+#                                  meminfo, and the textfile collector reading `textfileDir`
+#   vllm-station-probe.timer       `station probe` every few minutes: 1-user tok/s, TTFT, a tool call
+#   vllm-station-watchdog.service  `station watchdog`: a wedged engine (health 200, no progress, failed
+#                                  probes) is restarted through systemd, counted by the start limit
+#   services.grafana.provision     the dashboard ./monitoring/dashboards/vllm-station.json (optional)
+#
+# The textfile directory is written by the probe, the watchdog, and the serving unit's prestart and
+# preflight steps (their page-cache figures: they write only where this module made the directory).
+# This module owns the units above; it never edits `vllm-station.service`.
+{
+  config,
+  lib,
+  utils,
+  ...
+}:
+let
+  inherit (lib)
+    mkOption
+    mkEnableOption
+    mkIf
+    mkMerge
+    mkDefault
+    types
+    literalExpression
+    optional
+    optionals
+    optionalAttrs
+    optionalString
+    ;
+
+  cfg = config.services.vllm-station.monitoring;
+  serve = config.services.vllm-station.serve;
+  contract = import ./lib/contract.nix;
+  hardening = import ./lib/hardening.nix;
+  rules = import ./monitoring/rules.nix;
+  station = lib.getExe config.services.vllm-station.package;
+
+  servingUnit = "${contract.unit}.service";
+  probeUnit = "${contract.unit}-probe";
+  watchdogUnit = "${contract.unit}-watchdog";
+  metricsGroup = "vllm-station-metrics";
+  inherit (contract) textfileDir;
+
+  # Prometheus job names (the rules select on them).
+  jobs = {
+    vllm = "vllm-station";
+    node = "node";
+    dcgm = "dcgm";
+    gateway = "vllm-station-gateway";
+  };
+
+  # Where serve listens, as a client reaches it: a wildcard listen address on loopback.
+  loopbackHost =
+    if serve.host == "0.0.0.0" || serve.host == "" then
+      "127.0.0.1"
+    else if serve.host == "::" || serve.host == "[::]" then
+      "[::1]"
+    else if lib.hasInfix ":" serve.host && !lib.hasPrefix "[" serve.host then
+      "[${serve.host}]"
+    else
+      serve.host;
+  baseUrl = "http://${cfg.vllmAddress}";
+  servedName = if serve.servedModelName != null then serve.servedModelName else serve.model;
+
+  # `%d` (the credentials directory) is systemd's to expand: appended unescaped (escaping doubles it).
+  withKey =
+    args:
+    utils.escapeSystemdExecArgs args
+    + optionalString (serve.apiKeyFile != null) " --api-key-file %d/api-key";
+  keyCredential = optionalAttrs (serve.apiKeyFile != null) {
+    LoadCredential = [ "api-key:${serve.apiKeyFile}" ];
+  };
+
+  probeArgs = [
+    station
+    "probe"
+    "--base-url"
+    baseUrl
+    "--max-tokens"
+    (toString cfg.probe.maxTokens)
+    "--timeout"
+    (toString cfg.probe.timeout)
+    "--tool-choice"
+    cfg.probe.toolChoice
+    "--textfile-dir"
+    textfileDir
+  ] ++ optionals (servedName != null) [
+    "--model"
+    servedName
+  ];
+
+  watchdogArgs = [
+    station
+    "watchdog"
+    "--base-url"
+    baseUrl
+    "--unit"
+    servingUnit
+    "--systemctl"
+    (lib.getExe' config.systemd.package "systemctl")
+    "--interval"
+    (toString cfg.watchdog.interval)
+    "--probe-timeout"
+    (toString cfg.watchdog.probeTimeout)
+    "--wedge-verdicts"
+    (toString cfg.watchdog.wedgeVerdicts)
+    "--textfile-dir"
+    textfileDir
+  ] ++ optionals (servedName != null) [
+    "--model"
+    servedName
+  ];
+
+  gatewayOn = config.services.vllm-station.gateway.enable or false;
+  node = config.services.prometheus.exporters.node;
+  nginxExporter = config.services.prometheus.exporters.nginx;
+
+  target = address: [ { targets = [ address ]; } ];
+  scrapeConfigs =
+    [
+      {
+        job_name = jobs.vllm;
+        scrape_interval = cfg.scrapeInterval;
+        static_configs = target cfg.vllmAddress;
+      }
+      {
+        job_name = jobs.node;
+        scrape_interval = cfg.scrapeInterval;
+        static_configs = target "127.0.0.1:${toString node.port}";
+      }
+    ]
+    ++ optional cfg.dcgm.enable {
+      job_name = jobs.dcgm;
+      scrape_interval = cfg.scrapeInterval;
+      static_configs = target cfg.dcgm.address;
+    }
+    ++ optional cfg.gateway.enable {
+      job_name = jobs.gateway;
+      scrape_interval = cfg.scrapeInterval;
+      static_configs = target "127.0.0.1:${toString nginxExporter.port}";
+    };
+
+  renderedRules = rules.render {
+    inherit (cfg) thresholds;
+    inherit servingUnit;
+    vllmJob = jobs.vllm;
+    probeIntervalSeconds = cfg.probe.interval;
+    wedgeVerdicts = cfg.watchdog.wedgeVerdicts;
+    pair = config.services.vllm-station.pair.enable && config.services.vllm-station.pair.role == "head";
+  };
+
+  threshold =
+    type: default: description:
+    mkOption {
+      inherit type default description;
+    };
+  d = rules.defaults;
+in
+{
+  options.services.vllm-station.monitoring = {
+    enable = mkEnableOption ''
+      monitoring of the serving unit: Prometheus (scrape and alert rules), node_exporter, the synthetic
+      probe and the engine watchdog'';
+
+    vllmAddress = mkOption {
+      type = types.str;
+      default = "${loopbackHost}:${toString serve.port}";
+      defaultText = literalExpression ''"''${serve.host (a wildcard: loopback)}:''${toString serve.port}"'';
+      description = "`host:port` of vLLM as scraped (`/metrics`), probed and watched.";
+    };
+
+    scrapeInterval = mkOption {
+      type = types.str;
+      default = "15s";
+      description = "Prometheus' scrape interval for the station's jobs.";
+    };
+
+    prometheus.enable = mkOption {
+      type = types.bool;
+      default = true;
+      description = ''
+        Run `services.prometheus` here with the station's scrape jobs and alert rules (on loopback by
+        default). False: only the exporters, probe and watchdog; a central Prometheus scrapes them and
+        loads the flake's `prometheusRules`.
+      '';
+    };
+
+    thresholds = {
+      tokensPerSecond = threshold types.number d.tokensPerSecond ''
+        Alert when the probe's one-user decode rate stays below this (tok/s). The recipe: "alert when token
+        throughput drops below 100 tok/s for one user" (145.9 expected).'';
+      kvCacheUsage = threshold (types.numbers.between 0 1) d.kvCacheUsage "KV-cache use (0–1) that alerts after `kvCacheMinutes`.";
+      kvCacheMinutes = threshold types.ints.positive d.kvCacheMinutes "Minutes above `kvCacheUsage` before the alert.";
+      waitingRequests = threshold types.ints.unsigned d.waitingRequests ''
+        Requests waiting (beyond `--max-num-seqs`, 256 in the recipe) that alert after `waitingMinutes`.'';
+      waitingMinutes = threshold types.ints.positive d.waitingMinutes "Minutes above `waitingRequests` before the alert.";
+      preemptions = threshold types.ints.unsigned d.preemptions "Preemptions in 5 minutes above which to alert.";
+      ttftP99Seconds = threshold types.number d.ttftP99Seconds ''
+        TTFT 99th percentile over 5 minutes (seconds) that alerts after 5 minutes. The recipe measured a
+        median of 0.985 s at 32 users; long prompts (a 1M-token prefill takes minutes) raise the tail.'';
+      restartsPerHour = threshold types.ints.positive d.restartsPerHour ''
+        Restarts (systemd's after a crash, the watchdog's after a wedge) within an hour that alert: "alert
+        on unexpected restart events", "monitor the restart count to catch a loop early".'';
+      stallMinutes = threshold types.ints.positive d.stallMinutes ''
+        Minutes of requests waiting with no token generated or prefilled and no KV-cache change.'';
+      pageCacheGiB = threshold types.number d.pageCacheGiB ''
+        FilePages on the GPU's NUMA node (GiB) at prestart/preflight above which to alert (the recipe:
+        "if it's not close to zero, you've got stale page cache in HBM"; prestart refuses at
+        `serve.prestart.maxFilePagesGiB`).'';
+    };
+
+    probe = {
+      enable = mkOption {
+        type = types.bool;
+        default = true;
+        description = "Run `station probe` from a timer (1 user: tok/s, TTFT, a tool call).";
+      };
+      interval = mkOption {
+        type = types.ints.between 30 86400;
+        default = 300;
+        description = "Seconds between probes (the throughput alert waits for two in a row).";
+      };
+      maxTokens = mkOption {
+        type = types.ints.between 2 4096;
+        default = 64;
+        description = "Fixed length of the probe's generation (tokens).";
+      };
+      toolChoice = mkOption {
+        type = types.enum [
+          "auto"
+          "required"
+          "none"
+        ];
+        default = "auto";
+        description = "`tool_choice` of the probe's get_weather call (`none`: no tool call).";
+      };
+      timeout = mkOption {
+        type = types.ints.between 5 3600;
+        default = 120;
+        description = "Seconds allowed for each of the probe's requests.";
+      };
+    };
+
+    watchdog = {
+      enable = mkOption {
+        type = types.bool;
+        default = true;
+        description = ''
+          Run `station watchdog`: restart the serving unit (through systemd, so the start limit counts it)
+          after `wedgeVerdicts` looks in a row that find the 1-token probe failing and vLLM's /metrics
+          without progress. A slow probe during a long prefill is not a wedge: the KV cache still moves.
+        '';
+      };
+      interval = mkOption {
+        type = types.ints.between 5 3600;
+        default = 30;
+        description = "Seconds between looks.";
+      };
+      probeTimeout = mkOption {
+        type = types.ints.between 1 3600;
+        default = 20;
+        description = "Deadline of the 1-token probe (seconds, at most `interval`).";
+      };
+      wedgeVerdicts = mkOption {
+        type = types.ints.between 1 100;
+        default = 3;
+        description = ''
+          Consecutive wedge verdicts that restart the unit. A wedge is restarted within
+          `wedgeVerdicts × interval + probeTimeout` seconds (110 s with the defaults).
+        '';
+      };
+    };
+
+    dcgm = {
+      enable = mkEnableOption ''
+        scraping NVIDIA's DCGM exporter (GPU memory, utilisation, temperatures, XID errors), which runs
+        separately (NVIDIA's dcgm-exporter container; nixpkgs has no module for it)'';
+      address = mkOption {
+        type = types.str;
+        default = "127.0.0.1:9400";
+        description = "`host:port` of the DCGM exporter.";
+      };
+    };
+
+    gateway.enable = mkOption {
+      type = types.bool;
+      default = gatewayOn;
+      defaultText = literalExpression "config.services.vllm-station.gateway.enable";
+      description = "Scrape the gateway's nginx status (nginx's stub_status through nixpkgs' nginx exporter).";
+    };
+
+    grafana.provision = mkOption {
+      type = types.bool;
+      default = true;
+      description = ''
+        When `services.grafana.enable` is set: provision a Prometheus data source and the station's
+        dashboard (tok/s, TTFT/ITL percentiles, running/waiting, KV use, restarts, probe results).
+      '';
+    };
+
+    rules = mkOption {
+      type = types.attrs;
+      readOnly = true;
+      internal = true;
+      default = renderedRules;
+      defaultText = literalExpression "import ./monitoring/rules.nix rendered with the thresholds";
+      description = "The alert rule file as data (tests; `services.prometheus.rules` gets its JSON).";
+    };
+  };
+
+  config = mkIf cfg.enable (mkMerge [
+    {
+      assertions = [
+        {
+          assertion = serve.enable && !serve.headless;
+          message = "services.vllm-station.monitoring: needs a station that serves the API: set services.vllm-station.serve.enable = true (a headless pair worker has no API; monitor the head).";
+        }
+        {
+          assertion = cfg.watchdog.probeTimeout <= cfg.watchdog.interval;
+          message = "services.vllm-station.monitoring.watchdog: `probeTimeout` (${toString cfg.watchdog.probeTimeout}) must not exceed `interval` (${toString cfg.watchdog.interval}).";
+        }
+      ];
+
+      users.groups.${metricsGroup} = { };
+      # root writes (prestart, preflight, watchdog), the probe through its group; node_exporter reads.
+      systemd.tmpfiles.rules = [ "d ${textfileDir} 0775 root ${metricsGroup} - -" ];
+
+      services.prometheus.exporters.node = {
+        enable = true;
+        listenAddress = mkDefault "127.0.0.1";
+        enabledCollectors = [
+          "systemd"
+          "meminfo_numa" # node_memory_numa_FilePages: the page cache per NUMA node, live
+        ];
+        extraFlags = [
+          "--collector.textfile.directory=${textfileDir}"
+          "--collector.systemd.enable-restarts-metrics" # node_systemd_service_restart_total (NRestarts)
+          "--collector.systemd.enable-start-time-metrics"
+        ];
+      };
+    }
+
+    (mkIf cfg.prometheus.enable {
+      services.prometheus = {
+        enable = true;
+        listenAddress = mkDefault "127.0.0.1";
+        inherit scrapeConfigs;
+        # JSON is YAML: Prometheus (and promtool) read it as a rule file.
+        rules = [ (builtins.toJSON cfg.rules) ];
+      };
+    })
+
+    (mkIf cfg.probe.enable {
+      systemd.services.${probeUnit} = {
+        description = "vllm-station synthetic probe (1 user: tok/s, TTFT, a tool call) for Prometheus";
+        after = [ servingUnit ];
+        serviceConfig =
+          hardening.for [ ]
+          // {
+            Type = "oneshot";
+            ExecStart = withKey probeArgs;
+            DynamicUser = true;
+            SupplementaryGroups = [ metricsGroup ]; # writes station-probe.prom into the textfile directory
+            ReadWritePaths = [ textfileDir ];
+            TimeoutStartSec = 3 * cfg.probe.timeout;
+          }
+          // keyCredential;
+      };
+      systemd.timers.${probeUnit} = {
+        description = "vllm-station synthetic probe, every ${toString cfg.probe.interval} s";
+        wantedBy = [ "timers.target" ];
+        timerConfig = {
+          OnBootSec = cfg.probe.interval;
+          OnUnitActiveSec = cfg.probe.interval;
+        };
+      };
+    })
+
+    (mkIf cfg.watchdog.enable {
+      systemd.services.${watchdogUnit} = {
+        description = "vllm-station watchdog: restarts a wedged vLLM engine through systemd";
+        wantedBy = [ "multi-user.target" ];
+        after = [ servingUnit ];
+        # A watchdog that keeps failing stays failed (and node_exporter shows it) instead of looping.
+        startLimitBurst = 5;
+        startLimitIntervalSec = 600;
+        serviceConfig =
+          hardening.for [ ]
+          // {
+            ExecStart = withKey watchdogArgs;
+            # root (no DynamicUser): restarting a unit is a call to the system manager that only root may make
+            ReadWritePaths = [ textfileDir ];
+            Restart = "on-failure";
+            RestartSec = 10;
+          }
+          // keyCredential;
+      };
+    })
+
+    (mkIf cfg.gateway.enable {
+      services.nginx.statusPage = true;
+      services.prometheus.exporters.nginx = {
+        enable = true;
+        listenAddress = mkDefault "127.0.0.1";
+      };
+    })
+
+    (mkIf (cfg.grafana.provision && config.services.grafana.enable) {
+      services.grafana.provision = {
+        enable = true;
+        datasources.settings.datasources = [
+          {
+            name = "vllm-station";
+            uid = "vllm-station-prometheus"; # the dashboard's panels name this uid
+            type = "prometheus";
+            url = "http://${config.services.prometheus.listenAddress}:${toString config.services.prometheus.port}";
+          }
+        ];
+        dashboards.settings.providers = [
+          {
+            name = "vllm-station";
+            options.path = ./monitoring/dashboards;
+          }
+        ];
+      };
+    })
+  ]);
+}

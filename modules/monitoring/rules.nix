@@ -1,0 +1,150 @@
+# The alert rules of a vllm-station, as data: a Prometheus rule file (`{ groups = [ … ]; }`) rendered from
+# thresholds. modules/monitoring.nix feeds it to `services.prometheus.rules`; the flake's output
+# `prometheusRules` is the same file with the defaults, for any Prometheus (`promtool check rules` reads
+# its JSON, which is YAML). checks/monitoring/rules.test.yml holds a promtool test for every alert.
+#
+# The metrics, and where each comes from:
+#   vllm:*                         vLLM's /metrics (job `vllmJob`)
+#   node_systemd_*                 node_exporter's systemd collector (restart and start-time metrics on)
+#   station_probe_*                `station probe` (a timer) through node_exporter's textfile collector
+#   station_watchdog_*             `station watchdog`, same way
+#   station_page_cache_*           `station prestart` / `station preflight`, same way
+#   station_nccl_transport_verdict `station nccl-check` (a pair's head), same way
+let
+  num = builtins.toJSON; # 0.95 -> "0.95" (toString would give "0.950000")
+  mins = m: "${toString m}m";
+  secs = s: "${toString s}s";
+in
+rec {
+  # The seed's figures (docs/monitoring.md says where each comes from); each is an option of
+  # services.vllm-station.monitoring.thresholds.
+  defaults = {
+    tokensPerSecond = 100; # "alert when token throughput drops below 100 tok/s for one user"
+    kvCacheUsage = 0.95; # KV cache above 95 % …
+    kvCacheMinutes = 5; # … for 5 minutes
+    waitingRequests = 0; # requests beyond --max-num-seqs 256 queue: any waiting …
+    waitingMinutes = 3; # … for 3 minutes
+    preemptions = 0; # preemptions in 5 minutes (the KV cache was too small for the batch)
+    ttftP99Seconds = 5.0; # TTFT p99 over 5 minutes (the seed: median 0.985 s at 32 users)
+    restartsPerHour = 1; # "alert on unexpected restart events"
+    stallMinutes = 5; # requests wait and nothing moves for this long
+    pageCacheGiB = 1.0; # FilePages left on the GPU's node after the drop ("close to zero")
+  };
+
+  render =
+    {
+      thresholds ? { },
+      servingUnit ? "vllm-station.service",
+      vllmJob ? "vllm-station",
+      probeIntervalSeconds ? 300,
+      wedgeVerdicts ? 3,
+      pair ? false,
+    }:
+    let
+      t = defaults // thresholds;
+      unit = ''name="${servingUnit}"'';
+      probeFor = secs (2 * probeIntervalSeconds); # two probes in a row
+      stall = mins t.stallMinutes;
+      alert = name: severity: forTime: expr: summary: description: {
+        inherit expr;
+        alert = name;
+        "for" = forTime;
+        labels.severity = severity;
+        annotations = { inherit summary description; };
+      };
+    in
+    {
+      groups = [
+        {
+          name = "vllm-station";
+          rules =
+            [
+              (alert "VllmStationUnitFailed" "critical" "1m"
+                ''node_systemd_unit_state{${unit},state="failed"} == 1''
+                "${servingUnit} has failed"
+                "systemd gave up on ${servingUnit} (its start limit, or a failed start step). journalctl -u ${servingUnit}; after the fix: systemctl reset-failed ${servingUnit}."
+              )
+              (alert "VllmStationStartLimitHit" "critical" "0m"
+                "station_watchdog_unit_start_limit_hit == 1"
+                "${servingUnit} hit its start limit (3 starts an hour)"
+                "A crash or wedge loop: systemd refuses further starts. Restarts often mean the page-cache trap is back (see VllmStationPageCacheHigh)."
+              )
+              (alert "VllmStationRestarts" "warning" "0m"
+                ''(sum(increase(node_systemd_service_restart_total{${unit}}[1h])) or vector(0)) + (sum(increase(station_watchdog_restarts_total[1h])) or vector(0)) >= ${num t.restartsPerHour}''
+                "${servingUnit} restarted {{ $value | printf \"%.0f\" }} time(s) in the last hour"
+                "Unexpected restarts (systemd's after a crash, the watchdog's after a wedge). A spike often signals the page-cache trap re-appearing; the 4th start within the hour is refused."
+              )
+              (alert "VllmStationEngineDown" "critical" "2m"
+                ''up{job="${vllmJob}"} == 0 and on() node_systemd_unit_state{${unit},state="active"} == 1''
+                "vLLM's /metrics does not answer while ${servingUnit} is active"
+                "The serving unit counts as active but its server does not answer Prometheus."
+              )
+              (alert "VllmStationThroughputLow" "warning" probeFor
+                "station_probe_tokens_per_second < ${num t.tokensPerSecond}"
+                "One user gets {{ $value | printf \"%.1f\" }} tok/s (below ${num t.tokensPerSecond})"
+                "The synthetic probe's decode rate dropped below the threshold in two probes in a row (the recipe expects 145.9 tok/s for one user): a potential memory issue."
+              )
+              (alert "VllmStationProbeFailing" "warning" probeFor "station_probe_success == 0"
+                "The synthetic probe's generation fails"
+                "station probe could not generate its fixed-length answer in two probes in a row: journalctl -u vllm-station-probe."
+              )
+              (alert "VllmStationToolCallFailing" "warning" probeFor "station_probe_tool_call_success == 0"
+                "The synthetic probe's get_weather tool call fails"
+                "Tool calls stopped working (parser, chat template or model): station smoke --base-url … shows the reason."
+              )
+              (alert "VllmStationProbeStale" "warning" "0m"
+                "time() - station_probe_last_run_timestamp_seconds > ${num (3 * probeIntervalSeconds)}"
+                "The synthetic probe has not run for {{ $value | printf \"%.0f\" }} s"
+                "Its timer (vllm-station-probe.timer) should run it every ${toString probeIntervalSeconds} s."
+              )
+              (alert "VllmStationKvCacheFull" "warning" (mins t.kvCacheMinutes)
+                "max(vllm:kv_cache_usage_perc) > ${num t.kvCacheUsage}"
+                "KV cache {{ $value | humanizePercentage }} full"
+                "Above ${num t.kvCacheUsage} for ${mins t.kvCacheMinutes}: new requests wait or preempt running ones."
+              )
+              (alert "VllmStationRequestsWaiting" "warning" (mins t.waitingMinutes)
+                "sum(vllm:num_requests_waiting) > ${num t.waitingRequests}"
+                "{{ $value }} requests waiting"
+                "More requests than --max-num-seqs (or the KV cache) admits, for ${mins t.waitingMinutes}: plan capacity."
+              )
+              (alert "VllmStationPreemptions" "warning" "0m"
+                "sum(increase(vllm:num_preemptions_total[5m])) > ${num t.preemptions}"
+                "{{ $value | printf \"%.0f\" }} preemptions in 5 minutes"
+                "Running requests were preempted for lack of KV cache: their work is recomputed."
+              )
+              (alert "VllmStationTtftHigh" "warning" "5m"
+                "histogram_quantile(0.99, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket[5m]))) > ${num t.ttftP99Seconds}"
+                "TTFT p99 is {{ $value | printf \"%.2f\" }} s"
+                "Time to first token (99th percentile over 5 minutes) above ${num t.ttftP99Seconds} s."
+              )
+              (alert "VllmStationEngineStalled" "critical" "1m"
+                "sum(vllm:num_requests_waiting) > 0 and on() sum(increase(vllm:generation_tokens_total[${stall}])) == 0 and on() sum(increase(vllm:prompt_tokens_total[${stall}])) == 0 and on() sum(changes(vllm:kv_cache_usage_perc[${stall}])) == 0"
+                "Requests wait and the engine makes no progress"
+                "For ${stall} no token was generated or prefilled and the KV cache did not change while requests waited."
+              )
+              (alert "VllmStationEngineWedged" "critical" "0m" ''station_watchdog_verdict{verdict="wedged"} == 1''
+                "The watchdog finds the engine wedged ({{ with query \"station_watchdog_wedge_streak\" }}{{ . | first | value }}{{ end }}/${toString wedgeVerdicts})"
+                "/health answers but the 1-token probe fails and /metrics shows no progress; the watchdog restarts ${servingUnit} after ${toString wedgeVerdicts} such looks."
+              )
+              (alert "VllmStationPageCacheHigh" "warning" "0m"
+                "station_page_cache_file_pages_bytes > ${num t.pageCacheGiB} * 2^30"
+                "{{ $value | humanize1024 }}B of page cache on the GPU's NUMA node ({{ $labels.source }})"
+                "FilePages of NUMA node {{ $labels.node }} (the GPU's HBM) after the drop: the page-cache trap. Bind bulk I/O to node 0 (station numa-exec --membind 0)."
+              )
+            ]
+            ++ (
+              if pair then
+                [
+                  (alert "VllmStationNcclTransport" "critical" "0m"
+                    ''station_nccl_transport_verdict{verdict="fail"} == 1''
+                    "NCCL is not on GPUDirect RDMA over the rail"
+                    "station nccl-check failed on the head (socket fallback or an IB error): the pair serves ~10x slower. journalctl -u ${servingUnit} | grep NCCL."
+                  )
+                ]
+              else
+                [ ]
+            );
+        }
+      ];
+    };
+}
