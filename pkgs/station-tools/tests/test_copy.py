@@ -479,3 +479,14 @@ def test_interrupt_handler_keeps_the_process_alive_until_rsync_exits() -> None:
     finally:
         if child.poll() is None:
             child.kill()
+
+
+def test_a_stamp_that_cannot_be_removed_stops_the_copy(daemon: RsyncDaemon, tmp_path: Path) -> None:
+    """A directory in the stamp's place cannot be unlinked (even by root): no byte is copied under it."""
+    target = tmp_path / "b" / "model"
+    (target / STAMP_NAME).mkdir(parents=True)
+    (target / STAMP_NAME / "keep").touch()
+    r = run_copy(daemon.url, target)
+    assert r.returncode == 1, r.stderr
+    assert f"cannot remove {target / STAMP_NAME}" in r.stderr and "Traceback" not in r.stderr
+    assert sorted(p.name for p in target.iterdir()) == [STAMP_NAME]
