@@ -9,6 +9,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -16,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sysfs_fixtures import gb300_root
 
 from vllm_station import textfile
 from vllm_station.errors import UsageError
@@ -100,7 +102,7 @@ def test_write_into_a_missing_or_unwritable_directory_names_the_file(tmp_path: P
 
 
 def test_a_reader_never_sees_a_partial_file(tmp_path: Path) -> None:
-    """Writers replace the file 100 times with 1,000-line expositions while a reader reads it: every read
+    """Writers replace the file 40 times with 1,000-line expositions while a reader reads it: every read
     is one whole exposition (its last line present, all values from one write)."""
     stop = threading.Event()
     seen: list[set[float]] = []
@@ -121,7 +123,7 @@ def test_a_reader_never_sees_a_partial_file(tmp_path: Path) -> None:
     t = threading.Thread(target=reader)
     t.start()
     try:
-        for i in range(100):
+        for i in range(40):
             samples = tuple(Sample(float(i), {"n": str(k)}) for k in range(1000))
             textfile.write(tmp_path, "big.prom", [Family("big", "h", "gauge", samples)])
     finally:
@@ -245,3 +247,53 @@ def test_promtool_lints_the_exposition_clean() -> None:
         timeout=30,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+# ---- the writers' callers: prestart, preflight and nccl-check, as commands --------------------------------
+
+
+def _station(args: list[str], directory: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, textfile.DIR_ENV: str(directory)}
+    return subprocess.run(
+        [sys.executable, "-m", "vllm_station", *args], capture_output=True, text=True, timeout=60, env=env
+    )
+
+
+def test_prestart_and_preflight_export_the_gpu_nodes_page_cache(tmp_path: Path) -> None:
+    root = gb300_root(tmp_path / "root", file_pages_gib=2.5)
+    metrics = tmp_path / "metrics"
+    metrics.mkdir()
+    out = _station(["prestart", "--root", str(root), "--no-drop", "--max-file-pages-gib", "4"], metrics)
+    assert out.returncode == 0, out.stderr
+    out = _station(
+        ["preflight", "--root", str(root), "--only", "page-cache", "--max-file-pages-gib", "2"], metrics
+    )
+    assert out.returncode == 1, out.stdout  # 2.5 GiB > 2: the check fails, and its figure is exported
+    got = {**textfile.read(metrics / "station-page-cache-prestart.prom"),
+           **textfile.read(metrics / "station-page-cache-preflight.prom")}  # fmt: skip
+    assert got['station_page_cache_file_pages_bytes{node="1",source="prestart"}'] == 2.5 * 2**30
+    assert got['station_page_cache_threshold_bytes{node="1",source="prestart"}'] == 4 * 2**30
+    assert got['station_page_cache_file_pages_bytes{node="1",source="preflight"}'] == 2.5 * 2**30
+    assert got['station_page_cache_threshold_bytes{node="1",source="preflight"}'] == 2 * 2**30
+
+
+def test_prestart_without_the_directory_writes_nothing_and_still_passes(tmp_path: Path) -> None:
+    root = gb300_root(tmp_path / "root", file_pages_gib=0.5)
+    out = _station(["prestart", "--root", str(root), "--no-drop"], tmp_path / "absent")
+    assert out.returncode == 0, out.stderr
+    assert not (tmp_path / "absent").exists()
+
+
+def test_nccl_check_exports_its_verdict(tmp_path: Path) -> None:
+    data = Path(__file__).resolve().parent / "data" / "nccl"
+    out = _station(["nccl-check", "--log", str(data / "gdrdma.log")], tmp_path)
+    assert out.returncode == 0, out.stderr
+    got = textfile.read(tmp_path / textfile.NCCL_FILE)
+    assert got['station_nccl_transport_verdict{verdict="pass"}'] == 1
+    assert got['station_nccl_transport_verdict{verdict="fail"}'] == 0
+    socket_logs = sorted(p for p in data.iterdir() if "socket" in p.name)
+    assert socket_logs, sorted(p.name for p in data.iterdir())
+    out = _station(["nccl-check", "--log", str(socket_logs[0])], tmp_path)
+    assert out.returncode == 1, out.stdout
+    got = textfile.read(tmp_path / textfile.NCCL_FILE)
+    assert got['station_nccl_transport_verdict{verdict="fail"}'] == 1

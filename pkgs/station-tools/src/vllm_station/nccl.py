@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from vllm_station import argtypes, polling
+from vllm_station import argtypes, polling, textfile
 from vllm_station.errors import EXIT_FAIL, EXIT_OK, EXIT_PENDING, UsageError
 from vllm_station.host.journal import decode, read_log_file, read_unit
 from vllm_station.report import dump_json
@@ -607,6 +607,7 @@ def run(args: argparse.Namespace) -> int:
         report = poll(read, opts.wait, opts.interval, opts.require_gdr)
     if report.status is Status.PENDING and opts.pending_ok:
         report.exit_code = EXIT_OK
+    textfile.export_nccl_transport(report.status.value)  # for Prometheus, where monitoring is on
     if opts.json:
         dump_json(report)
     else:

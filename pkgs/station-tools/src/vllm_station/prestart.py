@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vllm_station import argtypes
+from vllm_station import argtypes, textfile
 from vllm_station.errors import EXIT_FAIL, EXIT_OK, StationError, UsageError
 from vllm_station.host import container as rt
 from vllm_station.host.sysfs import (
@@ -333,6 +333,8 @@ def _ms(start: float) -> float:
 def run(args: argparse.Namespace) -> int:
     opts = options_from_args(args)
     report = prestart(opts)
+    figures = {"node": report.node, "file_pages_bytes": report.file_pages_bytes, "cdmm": report.cdmm}
+    textfile.export_page_cache("prestart", {**figures, "threshold_bytes": int(report.threshold_gib * GiB)})
     if report.errors and report.status != "above-threshold":
         report.status = "error"
     if args.json:

@@ -207,6 +207,25 @@ def export_page_cache(source: str, details: Mapping[str, Any], directory: Path |
     return write_if_present(directory or default_dir(), PAGE_CACHE_FILE.format(source=source), fams)
 
 
+NCCL_FILE = "station-nccl.prom"
+NCCL_VERDICTS = ("pass", "warn", "fail", "pending")
+
+
+def export_nccl_transport(verdict: str, directory: Path | None = None) -> Path | None:
+    """`station nccl-check`'s one call: its verdict (PASS/WARN/FAIL/PENDING), where monitoring is on."""
+    v = verdict.lower()
+    fams = [
+        Family(
+            "station_nccl_transport_verdict",
+            "The last nccl-check verdict on the pair's NCCL transport (1 for it, 0 for the others)",
+            "gauge",
+            tuple(Sample(1.0 if name == v else 0.0, {"verdict": name}) for name in NCCL_VERDICTS),
+        ),
+        Family.one("station_nccl_check_timestamp_seconds", "When nccl-check last judged", time.time()),
+    ]
+    return write_if_present(directory or default_dir(), NCCL_FILE, fams)
+
+
 def read(path: Path) -> dict[str, float]:
     """A textfile read back (tests, `station watchdog --json`): `name{labels}` -> value."""
     out: dict[str, float] = {}

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vllm_station import argtypes
+from vllm_station import argtypes, textfile
 from vllm_station.errors import UsageError
 from vllm_station.host import container as rt
 from vllm_station.preflight.core import (
@@ -172,6 +172,9 @@ def run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     results = run_checks(ctx, only)
     report = make_report(results, root, args.config, (time.perf_counter() - start) * 1000)
+    for r in results:  # its page-cache figures, for Prometheus (where monitoring is on)
+        if r.name == "page-cache" and r.details:
+            textfile.export_page_cache("preflight", r.details)
     if args.json:
         from vllm_station.report import dump_json
 

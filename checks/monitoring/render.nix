@@ -1,0 +1,55 @@
+# What NixOS renders for monitoring, as plain data, for the real programs in checks/test_monitoring_*.py.
+# Builds nothing. Evaluate with --read-write-mode: the Python side reads the derivations that hold the
+# Prometheus configuration (`nix derivation show`), exactly as services.prometheus generates it.
+#
+#   nix-instantiate --eval --read-write-mode --strict --json checks/monitoring/render.nix \
+#     --argstr nixosTree "$NIXOS_TREE"
+#
+# Result:
+#   prometheusDrvs  the derivations the prometheus unit's text names (its configuration among them)
+#   rulesOption     services.prometheus.rules, as the module got it (the Python side compares it with the
+#                   rule file inside the rendered configuration)
+#   units           { "<name>" = text; } prometheus, node exporter, probe (+ timer), watchdog
+#   nodeExporterArgs  the node exporter's ExecStart, split into arguments
+#   dashboardsPath  what Grafana's provider is told to read; datasourceUid the data source's uid
+#   pairRules       the rule file of a pair's head (station-a with monitoring on): the NCCL alert
+#   textfileDir     the contract's directory
+{
+  nixosTree ? builtins.getEnv "NIXOS_TREE",
+}:
+let
+  inherit (import ../nixos/eval.nix { inherit nixosTree; }) lib evalExample;
+  contract = import ../../modules/lib/contract.nix;
+  config = (evalExample [ ../examples/monitored-station.nix ] "x86_64-linux").config;
+  pairHead =
+    (evalExample [
+      ../examples/station-a.nix
+      { services.vllm-station.monitoring.enable = true; } # the only difference from the example
+    ] "aarch64-linux").config;
+  text = name: builtins.unsafeDiscardStringContext config.systemd.units.${name}.text;
+  failed = map (a: a.message) (lib.filter (a: !a.assertion) config.assertions);
+  promText = config.systemd.units."prometheus.service".text;
+  nodeExec = config.systemd.services.prometheus-node-exporter.serviceConfig.ExecStart;
+  provider = builtins.head config.services.grafana.provision.dashboards.settings.providers;
+in
+if failed != [ ] then
+  throw "assertions failed:\n${lib.concatStringsSep "\n" failed}"
+else
+  {
+    prometheusDrvs = lib.attrNames (lib.filterAttrs (_: c: c ? outputs) (builtins.getContext promText));
+    rulesOption = map builtins.unsafeDiscardStringContext config.services.prometheus.rules;
+    units = lib.genAttrs [
+      "prometheus.service"
+      "prometheus-node-exporter.service"
+      "vllm-station-probe.service"
+      "vllm-station-probe.timer"
+      "vllm-station-watchdog.service"
+    ] text;
+    nodeExporterArgs = lib.filter (a: a != "" && a != "\\") (
+      lib.splitString " " (lib.replaceStrings [ "\n" ] [ " " ] (builtins.unsafeDiscardStringContext nodeExec))
+    );
+    dashboardsPath = builtins.unsafeDiscardStringContext "${provider.options.path}";
+    datasourceUid = (builtins.head config.services.grafana.provision.datasources.settings.datasources).uid;
+    pairRules = pairHead.services.vllm-station.monitoring.rules;
+    inherit (contract) textfileDir;
+  }
