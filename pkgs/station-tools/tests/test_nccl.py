@@ -247,7 +247,10 @@ def test_cli_require_gdr_turns_the_warning_into_a_failure(capsys: pytest.Capture
         (["--unit", "u", "--log", "x.log"], "exactly one source"),
         (["stray"], "unexpected argument 'stray'"),
         (["--log", str(DATA / "gdrdma.log"), "--wait", "-1"], "--wait: must be a number of seconds"),
-        (["--log", str(DATA / "gdrdma.log"), "--wait", "5", "--interval", "0"], "--interval: must be a number of seconds"),
+        (
+            ["--log", str(DATA / "gdrdma.log"), "--wait", "5", "--interval", "0"],
+            "--interval: must be a number of seconds",
+        ),
     ],
 )
 def test_cli_usage_errors(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
