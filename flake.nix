@@ -42,6 +42,10 @@
         pair = ./modules/pair.nix;
       };
 
+      # The alert rules of services.vllm-station.monitoring with the recipe's thresholds, for any
+      # Prometheus: `nix eval --json .#prometheusRules > vllm-station.rules.json` (JSON is YAML).
+      prometheusRules = (import ./modules/monitoring/rules.nix).render { pair = true; };
+
       overlays.default = final: _prev: {
         vllm-station = final.callPackage ./pkgs/station-tools/package.nix { };
       };
