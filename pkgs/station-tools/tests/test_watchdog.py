@@ -171,9 +171,7 @@ def test_a_wedge_is_restarted_within_the_configured_time(restartable: object, tm
         assert sim.restarted_at, lines
         detection = sim.restarted_at[0] - wedged_at
         bound = dog.opts.detection_bound_s
-        print(
-            f"watchdog figure: wedge restarted after {detection:.2f} s (bound {bound:g} s)"
-        )
+        print(f"watchdog figure: wedge restarted after {detection:.2f} s (bound {bound:g} s)")
         assert detection <= dog.opts.detection_bound_s + 0.5  # + scheduling slack of a loaded 2-core machine
         assert [v.verdict for v in verdicts] == ["wedged"] * 3
         assert verdicts[-1].restarted and dog.restarts == 1
@@ -344,3 +342,19 @@ def test_real_vllm_reads_ok_and_its_progress_metrics_exist(tools_server: VllmSer
         assert {"generation_tokens", "kv_cache_usage", "running", "waiting"} <= set(look.shown)
     finally:
         dog.close()
+
+
+def test_an_unreadable_unit_state_is_said_once_and_the_probe_still_judges(
+    insim: object, tmp_path: Path
+) -> None:
+    sim: SimServer = insim()  # type: ignore[operator]
+    systemctl = tmp_path / "systemctl"
+    systemctl.write_text("#!/bin/sh\necho 'System has not been booted with systemd' >&2\nexit 1\n")
+    systemctl.chmod(0o755)
+    out = _station(
+        "--base-url", sim.base_url, "--unit", "vllm-station.service", "--systemctl", str(systemctl),
+        "--interval", "0.2", "--probe-timeout", "0.2", "--cycles", "3", "--json",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert [json.loads(line)["verdict"] for line in out.stdout.splitlines()] == ["ok"] * 3
+    assert out.stderr.count("cannot read the unit's state") == 1, out.stderr

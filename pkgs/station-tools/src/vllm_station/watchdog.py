@@ -231,6 +231,7 @@ class Watchdog:
         self.last_verdict = ""
         self.last_change_at: float | None = None  # clock() when the signature last moved
         self.limit_said = False
+        self.unit_unreadable = False
 
     def close(self) -> None:
         self.api.close()
@@ -267,7 +268,16 @@ class Watchdog:
         return signature, shown, None
 
     def look(self) -> Look:
-        unit = self.unit_state() if self.unit_state is not None else None
+        unit = None
+        if self.unit_state is not None:
+            try:
+                unit = self.unit_state()
+            except StationError as err:  # judged by the probe alone; said once per failing stretch
+                if not self.unit_unreadable:
+                    self.say(f"cannot read the unit's state, judging by the probe alone: {err}")
+                self.unit_unreadable = True
+            else:
+                self.unit_unreadable = False
         at = self.clock()
         if unit is not None and unit.active != "active":
             return Look(at, False, 0.0, None, False, None, {}, None, unit)
