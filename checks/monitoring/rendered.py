@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nixenv import REPO, run_nix, require_nix, require_tree
+from nixenv import REPO, require_nix, require_tree, run_nix
 
 HERE = Path(__file__).resolve().parent
 RENDER = HERE / "render.nix"
@@ -65,7 +65,8 @@ class Rendered:
 
 def exec_argv(value: str) -> list[str]:
     """An ExecStart value (escapeSystemdExecArgs: "a" "b" …, then unquoted words) split into arguments."""
-    return [q if q is not None else w for q, w in re.findall(r'"((?:[^"\\]|\\.)*)"|(\S+)', value)]
+    pattern = re.compile(r'"((?:[^"\\]|\\.)*)"|(\S+)')
+    return [m.group(1) if m.group(1) is not None else m.group(2) for m in pattern.finditer(value)]
 
 
 def _show(drvs: list[str]) -> dict[str, Derivation]:
@@ -75,7 +76,9 @@ def _show(drvs: list[str]) -> dict[str, Derivation]:
     out = {}
     for drv, raw in json.loads(proc.stdout).items():
         env = dict(raw["env"])
-        out[drv] = Derivation(drv, env.get("name", ""), env.get("out", ""), env, sorted(raw.get("inputDrvs", {})))
+        out[drv] = Derivation(
+            drv, env.get("name", ""), env.get("out", ""), env, sorted(raw.get("inputDrvs", {}))
+        )
     return out
 
 
@@ -89,7 +92,9 @@ def _input_named(d: Derivation, name: str) -> Derivation:
 @functools.cache
 def rendered() -> Rendered:
     require_nix()
-    tree = require_tree("NIXOS_TREE", "nixos/lib/eval-config.nix", "the monitoring checks (rendered by NixOS)")
+    tree = require_tree(
+        "NIXOS_TREE", "nixos/lib/eval-config.nix", "the monitoring checks (rendered by NixOS)"
+    )
     proc = run_nix(
         ["nix-instantiate", "--eval", "--read-write-mode", "--strict", "--json", str(RENDER),
          "--argstr", "nixosTree", str(tree)],
@@ -122,7 +127,12 @@ def rendered() -> Rendered:
 
 
 def local_config(
-    r: Rendered, work: Path, targets: dict[str, str], *, scrape_interval: str = "1s", evaluation_interval: str = "1s"
+    r: Rendered,
+    work: Path,
+    targets: dict[str, str],
+    *,
+    scrape_interval: str = "1s",
+    evaluation_interval: str = "1s",
 ) -> Path:
     """The rendered configuration for a Prometheus on this machine. The only differences, each stated:
     rule files are local copies of the rendered texts (no /nix/store here), each job's target is the test's

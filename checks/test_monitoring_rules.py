@@ -1,0 +1,185 @@
+"""Tier `nix_nixos`: what services.vllm-station.monitoring renders, run by the real programs.
+
+The rule file and the Prometheus configuration are taken from NixOS's evaluation of
+checks/examples/monitored-station.nix (checks/monitoring/rendered.py reads them out of the derivations
+services.prometheus builds); Debian's promtool checks them and runs checks/monitoring/rules*.test.yml —
+a test where each alert fires and one where it stays quiet. The units' command lines are parsed by the
+real `station` argument parser, and the textfile directory is pinned on both sides of the contract.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from monitoring import promql
+from monitoring.rendered import (
+    DASHBOARD,
+    PAIR_RULES_TEST,
+    RULES_TEST,
+    Rendered,
+    local_config,
+    rendered,
+)
+from nixenv import REPO, require_tree
+from test_nix_flake import _flake_eval
+from vllm_station import cli, textfile
+
+pytestmark = pytest.mark.nix_nixos
+NEED_DEBIAN = "apt-get install -y prometheus prometheus-node-exporter (scripts/check installs them)"
+
+
+def _promtool() -> str:
+    path = shutil.which("promtool")
+    if path is None:
+        pytest.skip(f"no promtool: {NEED_DEBIAN}")
+    return path
+
+
+def _alerts(rules: dict[str, Any]) -> list[dict[str, Any]]:
+    return [r for g in rules["groups"] for r in g["rules"] if "alert" in r]
+
+
+def _run_tests(rules_text: str, test_file: Path, work: Path) -> subprocess.CompletedProcess[str]:
+    (work / "rules.json").write_text(rules_text)
+    shutil.copy(test_file, work / test_file.name)
+    return subprocess.run(
+        [_promtool(), "test", "rules", test_file.name],
+        cwd=work,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.fixture(scope="module")
+def r() -> Rendered:
+    return rendered()
+
+
+def test_promtool_checks_the_rendered_rule_file(r: Rendered, tmp_path: Path) -> None:
+    path = tmp_path / "rules.json"
+    path.write_text(r.rules_text)
+    proc = subprocess.run(
+        [_promtool(), "check", "rules", str(path)], check=False, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"SUCCESS: {len(_alerts(r.rules))} rules found" in proc.stdout
+
+
+def test_promtool_unit_tests_pass(r: Rendered, tmp_path: Path) -> None:
+    station = _run_tests(r.rules_text, RULES_TEST, tmp_path)
+    assert station.returncode == 0, station.stdout + station.stderr
+    pair = _run_tests(json.dumps(r.pair_rules), PAIR_RULES_TEST, tmp_path)
+    assert pair.returncode == 0, pair.stdout + pair.stderr
+
+
+def test_a_broken_threshold_fails_the_unit_tests(r: Rendered, tmp_path: Path) -> None:
+    """The promtool tests can fail: the throughput alert at 50 tok/s no longer fires at 80 tok/s."""
+    broken = r.rules_text.replace(
+        "station_probe_tokens_per_second < 100", "station_probe_tokens_per_second < 50"
+    )
+    assert broken != r.rules_text
+    proc = _run_tests(broken, RULES_TEST, tmp_path)
+    assert proc.returncode != 0 and "VllmStationThroughputLow" in proc.stdout + proc.stderr
+
+
+def test_every_alert_has_a_firing_and_a_quiet_test(r: Rendered) -> None:
+    fired: set[str] = set()
+    quiet: set[str] = set()
+    for path in (RULES_TEST, PAIR_RULES_TEST):
+        for case in yaml.safe_load(path.read_text())["tests"]:
+            for check in case.get("alert_rule_test", []):
+                (fired if check.get("exp_alerts") else quiet).add(check["alertname"])
+    alerts = {a["alert"] for a in _alerts(r.rules)} | {a["alert"] for a in _alerts(r.pair_rules)}
+    assert alerts - fired == set(), "alerts without a test where they fire"
+    assert alerts - quiet == set(), "alerts without a test where they stay quiet"
+    assert len(alerts) == 16
+
+
+def test_the_rule_file_in_the_config_is_what_the_module_gave_services_prometheus(r: Rendered) -> None:
+    assert len(r.rule_files) == 1
+    assert json.loads(r.rules_text) == json.loads("\n".join(r.rules_option))
+    assert "VllmStationNcclTransport" not in r.rules_text, "a single station has no NCCL alert"
+
+
+def test_the_rendered_config_passes_promtool(r: Rendered, tmp_path: Path) -> None:
+    """Only the rule paths differ from what NixOS renders (no /nix/store here)."""
+    targets = {sc["job_name"]: sc["static_configs"][0]["targets"][0] for sc in r.config["scrape_configs"]}
+    assert targets == {"vllm-station": "127.0.0.1:8888", "node": "127.0.0.1:9100"}
+    path = local_config(r, tmp_path, targets, scrape_interval="15s", evaluation_interval="1m")
+    proc = subprocess.run(
+        [_promtool(), "check", "config", str(path)], check=False, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_every_rule_and_panel_names_a_metric(r: Rendered) -> None:
+    """The extractor the metric-name test relies on finds a metric in every expression."""
+    for rule in _alerts(r.rules) + _alerts(r.pair_rules):
+        assert promql.metric_names(rule["expr"]), rule["alert"]
+    for panel in json.loads(DASHBOARD.read_text())["panels"]:
+        for target in panel.get("targets", []):
+            assert promql.metric_names(target["expr"]), (panel["title"], target["expr"])
+    assert promql.metric_names('sum by (le) (rate(a_bucket{le="1"}[5m])) > 2 * 2^30 and on() b == 1') == {
+        "a_bucket",
+        "b",
+    }
+
+
+def test_the_units_command_lines_parse_with_the_real_station_cli(r: Rendered) -> None:
+    for unit, command in (
+        ("vllm-station-probe.service", "probe"),
+        ("vllm-station-watchdog.service", "watchdog"),
+    ):
+        argv = r.unit_argv(unit)
+        assert argv[0].endswith("/bin/station") and argv[1] == command
+        args = cli.build_parser(command).parse_args(argv[1:])
+        assert args.base_url == "http://127.0.0.1:8888" and args.model == "glm-5.3-flash"
+        assert args.api_key_file == "%d/api-key", "the key comes from the unit's credential"
+        assert str(args.textfile_dir) == r.textfile_dir
+    watchdog = cli.build_parser("watchdog").parse_args(r.unit_argv("vllm-station-watchdog.service")[1:])
+    assert watchdog.unit == "vllm-station.service" and watchdog.systemctl.endswith("/bin/systemctl")
+    assert (watchdog.interval, watchdog.probe_timeout, watchdog.wedge_verdicts) == (30, 20, 3)
+    timer = r.units["vllm-station-probe.timer"]
+    assert "OnUnitActiveSec=300" in timer and "WantedBy=timers.target" in timer
+
+
+def test_the_textfile_directory_is_one_contract(r: Rendered) -> None:
+    assert r.textfile_dir == str(textfile.DEFAULT_DIR)
+    assert f"--collector.textfile.directory={textfile.DEFAULT_DIR}" in r.node_exporter_args
+    assert {"--collector.systemd", "--collector.systemd.enable-restarts-metrics"} <= set(r.node_exporter_args)
+    watchdog = r.units["vllm-station-watchdog.service"]
+    assert f"ReadWritePaths={textfile.DEFAULT_DIR}" in watchdog
+
+
+def test_the_dashboard_is_provisioned_with_its_data_source(r: Rendered) -> None:
+    dash = json.loads(DASHBOARD.read_text())
+    assert dash["uid"] == "vllm-station"
+    sources = {t["datasource"]["uid"] for p in dash["panels"] for t in p.get("targets", [])}
+    assert sources == {r.datasource_uid}
+    assert re.fullmatch(r"/nix/store/[0-9a-z]{32}-dashboards", r.dashboards_path), r.dashboards_path
+    titles = " ".join(p["title"] for p in dash["panels"]).lower()
+    for word in ("tokens per second", "ttft", "inter-token", "waiting", "kv cache", "restarts", "probe"):
+        assert word in titles, word
+
+
+@pytest.mark.nix_flake
+def test_the_flake_output_is_the_rule_file_any_prometheus_loads(tmp_path: Path) -> None:
+    lib = require_tree("NIXPKGS_LIB", "lib/default.nix", "the flake's prometheusRules")
+    rules = _flake_eval(str(lib), "prometheusRules")
+    assert {a["alert"] for a in _alerts(json.loads(rules))} >= {
+        "VllmStationNcclTransport",
+        "VllmStationThroughputLow",
+    }
+    for test_file in (RULES_TEST, PAIR_RULES_TEST):
+        proc = _run_tests(rules, test_file, tmp_path)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (REPO / "modules/monitoring/rules.nix").exists()
