@@ -30,6 +30,19 @@
             { nixpkgs.hostPlatform = system; }
           ];
         };
+
+      # Station images (docs/release.md): nixpkgs' own image machinery (`system.build.images`) on
+      # each aarch64 example, unchanged, as `packages.aarch64-linux.<station>-<format>`.
+      imageFormats = [
+        "raw-efi"
+        "iso-installer"
+      ];
+      stationImages = lib.concatMapAttrs (
+        station: nixos:
+        lib.listToAttrs (
+          map (format: lib.nameValuePair "${station}-${format}" nixos.config.system.build.images.${format}) imageFormats
+        )
+      );
     in
     {
       nixosModules = {
@@ -59,6 +72,9 @@
           inherit station-tools;
           default = station-tools;
         }
+        // lib.optionalAttrs (system == "aarch64-linux") (
+          stationImages { inherit (self.nixosConfigurations) flash-station station-a station-b; }
+        )
       );
 
       apps = forAllSystems (system: {
