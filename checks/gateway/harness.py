@@ -25,6 +25,7 @@ import secrets
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -220,6 +221,24 @@ class Upstreams:
         for sim in self.sims.values():
             sim.__exit__()
 
+    def kill(self, name: str) -> None:
+        """SIGKILL the simulator's process group: a station that dies, connections and all."""
+        proc = self.sims[name].proc
+        if proc is None:
+            return
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        self.sims[name].proc = None
+
+    def restart(self, name: str) -> None:
+        from vllm_station.bench.sim.process import SimProcess
+
+        old = self.sims[name]
+        if old.proc is not None:
+            old.__exit__()
+        self.sims[name] = SimProcess(old.args)
+        self.sims[name].__enter__()
+
     def by_address(self) -> dict[str, str]:
         return {
             f"127.0.0.1:{port}": name for name, port in self.ports.upstreams.items()
@@ -357,8 +376,14 @@ class Gateway:
 
     def client(self, key: str | None = None, **kw: Any) -> httpx.Client:
         headers = {"Authorization": f"Bearer {key}"} if key else {}
-        return httpx.Client(base_url=self.url, verify=str(self.ca), headers=headers, trust_env=False,
-                            timeout=kw.pop("timeout", 30), **kw)  # fmt: skip
+        return httpx.Client(
+            base_url=self.url,
+            verify=ssl.create_default_context(cafile=str(self.ca)),
+            headers=headers,
+            trust_env=False,
+            timeout=kw.pop("timeout", 30),
+            **kw,
+        )
 
     def access_log(self) -> list[dict[str, Any]]:
         """The access log's JSON lines (nginx writes each when its request ends)."""

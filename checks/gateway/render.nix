@@ -6,7 +6,7 @@
 #
 # Result: { <variant> = { nginxConf; keysUnit; nginxPackage; mimeTypes; failed; warnings; }; … }
 # for the variants below. The example is evaluated as it is plus the test-only definitions (each
-# says why); `round-robin` differs from `example` in `gateway.balancing` (and its port) only.
+# says why); `round-robin` differs from `example` in `gateway.balancing` (its port and read timeout).
 {
   nixosTree ? builtins.getEnv "NIXOS_TREE",
   system ? builtins.currentSystem,
@@ -58,6 +58,8 @@ let
       {
         services.vllm-station.gateway.balancing = "round-robin";
         services.vllm-station.gateway.port = lib.mkForce p.gateway-rr; # both can run at once
+        # The 504 proof: a wedged station (no answer at all) times out in seconds, not an hour.
+        services.vllm-station.gateway.readTimeout = 2;
       }
     ];
   };
