@@ -19,6 +19,8 @@ import functools
 import json
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,7 @@ from nixenv import (
     REPO,
     eval_json,
     flake_snapshot,
+    nix_bin,
     require_nix,
     require_tree,
     run_nix,
@@ -214,3 +217,29 @@ def test_install_flake_resolves_offline() -> None:
         assert set(disks) == ({"system", "models"} if MODELS_DISK[station] else {"system"}), disks
         # placeholders name no device: disko stops before it writes anything
         assert all(d.startswith("/dev/disk/by-id/nvme-REPLACE-") for d in disks.values()), disks
+
+
+@pytest.mark.nix_flake
+def test_locked_trees_fetches_or_reports_unreachable() -> None:
+    """scripts/locked-trees (run by scripts/check): the locked nixpkgs and disko, checked by narHash, or exit 2
+    when the network is not there (the offline trees stay); never a half answer."""
+    require_nix()
+    env = dict(os.environ, PATH=f"{nix_bin()}:{os.environ.get('PATH', '')}")
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "locked-trees")],
+        capture_output=True, text=True, timeout=1500, env=env, check=False,
+    )  # fmt: skip
+    main = json.loads((REPO / "flake.lock").read_text())["nodes"]["nixpkgs"]["locked"]
+    if proc.returncode == 2:
+        assert proc.stdout == "", "an unreachable fetch must print no tree"
+        assert f"github:{main['owner']}/{main['repo']}/{main['rev']}" in proc.stderr, proc.stderr
+        return
+    assert proc.returncode == 0, proc.stderr
+    out = dict(line.split("=", 1) for line in proc.stdout.splitlines())
+    assert set(out) == {"NIXOS_TREE", "NIXPKGS_LIB", "DISKO_TREE", "LOCKED_REV"}, out
+    assert out["LOCKED_REV"] == main["rev"]
+    assert (Path(out["NIXOS_TREE"]) / TREE_MARKER).exists() and out["NIXPKGS_LIB"] == out["NIXOS_TREE"]
+    assert (Path(out["DISKO_TREE"]) / "module.nix").exists()
+    for var, narhash in [("NIXOS_TREE", main["narHash"]), ("DISKO_TREE", _install_lock()["nodes"]["disko"]["locked"]["narHash"])]:
+        hashed = run_nix(["nix", "hash", "path", out[var]], timeout=600)
+        assert hashed.stdout.strip() == narhash, f"{var}={out[var]} is not the locked tree"
