@@ -1,0 +1,344 @@
+# Module tests of services.vllm-station.gateway (tier nix_lib): what the module hands nixpkgs' nginx
+# module and its own unit, for every option, and every assertion. lib.evalModules with the option
+# stubs of checks/lib/harness.nix (services.nginx is a loose stub there: how nixpkgs renders these
+# values, and what a real nginx makes of them, is checks/test_gateway.py's part).
+#
+#   nix-instantiate --eval --strict --json checks/gateway/module.nix --argstr nixpkgsLib "$NIXPKGS_LIB"
+#   … --argstr output names      # the test names, without running them
+#   … --argstr only acme --show-trace
+#
+# Result: { passed = [ names ]; failed = [ { name; message; } ]; } (checks/lib's shape).
+{
+  nixpkgsLib ? builtins.getEnv "NIXPKGS_LIB",
+  lib ? import (nixpkgsLib + "/lib"),
+  only ? null,
+  output ? "results",
+}:
+let
+  h = import ../lib/harness.nix { inherit lib; };
+
+  # What nixpkgs' nginx module would provide (the stub has no defaults).
+  nginxDefaults = {
+    services.nginx.user = "nginx";
+    services.nginx.group = "nginx";
+  };
+  base = {
+    services.vllm-station.serve = {
+      enable = true;
+      model = "/var/lib/vllm-station-models/m";
+      image = h.image;
+    };
+    services.vllm-station.gateway = {
+      enable = true;
+      serverName = "llm.example.com";
+      tls.certificateFile = "/var/lib/gw/fullchain.pem";
+      tls.keyFile = "/var/lib/gw/key.pem";
+      keys.alice.file = "/run/secrets/alice";
+    };
+  };
+  with' = extra: [
+    nginxDefaults
+    base
+    { services.vllm-station.gateway = extra; }
+  ];
+  withServe = extra: [
+    nginxDefaults
+    base
+    { services.vllm-station.serve = extra; }
+  ];
+
+  gw = config: config.services.nginx;
+  vhost = config: (gw config).virtualHosts.vllm-station-gateway;
+  location = name: config: (vhost config).locations.${name}.extraConfig or "<no location ${name}>";
+  keysUnit = config: config.systemd.services.vllm-station-gateway-keys;
+  keysArgv = config: h.argv (keysUnit config).serviceConfig.ExecStart;
+  has = what: text: part: h.ok "${what}: `${part}` not in:\n${text}" (lib.hasInfix part text);
+  lacks = what: text: part: h.ok "${what}: `${part}` must not be in:\n${text}" (!lib.hasInfix part text);
+in
+let
+  tests = {
+    import-enables-nothing = h.check [ nginxDefaults ] (
+      config:
+      h.eq "nginx" ((gw config).enable or false) false
+      ++ h.eq "units" (lib.attrNames config.systemd.services) [ ]
+    );
+
+    defaults = h.check (with' { }) (
+      config:
+      let
+        v = vhost config;
+        group = location "^~ /_vllm_station/default/" config;
+      in
+      h.eq "nginx enabled" (gw config).enable true
+      ++ h.eq "listen" v.listen [
+        {
+          addr = "0.0.0.0";
+          port = 443;
+          ssl = true;
+        }
+      ]
+      ++ h.eq "onlySSL" v.onlySSL true
+      ++ h.eq "forceSSL" v.forceSSL false
+      ++ h.eq "enableACME" v.enableACME false
+      ++ h.eq "certificate" [ v.sslCertificate v.sslCertificateKey ] [
+        "/var/lib/gw/fullchain.pem"
+        "/var/lib/gw/key.pem"
+      ]
+      ++ h.eq "locations" (lib.attrNames v.locations) [
+        "/"
+        "= /health"
+        "= /v1/chat/completions"
+        "= /v1/completions"
+        "= /v1/models"
+        "@vllm_station_401"
+        "@vllm_station_403"
+        "@vllm_station_404"
+        "@vllm_station_413"
+        "@vllm_station_429"
+        "@vllm_station_502"
+        "@vllm_station_503"
+        "@vllm_station_504"
+        "^~ /_vllm_station/default/"
+      ]
+      ++ h.eq "everything else" v.locations."/".return "404"
+      ++ has "1M-token body" group "client_max_body_size 32m;"
+      ++ has "rate" group "limit_req zone=vllm_station_rate_default burst=50 nodelay;"
+      ++ has "concurrency" group "limit_conn vllm_station_conn_default 64;"
+      ++ has "unbuffered" group "proxy_buffering off;"
+      ++ has "the hour-long read" group "proxy_read_timeout 3600s;"
+      ++ has "least-conn" (gw config).upstreams.vllm_station.extraConfig "least_conn;"
+      ++ h.eq "the local station" (gw config).upstreams.vllm_station.servers {
+        "127.0.0.1:8000" = {
+          weight = 1;
+          max_fails = 1;
+          fail_timeout = "30s";
+        };
+      }
+      ++ h.eq "no affinity pool" ((gw config).upstreams ? vllm_station_affinity) false
+      ++ has "proxied to the pool" group "proxy_pass http://vllm_station;"
+      ++ has "zones" (gw config).commonHttpConfig "limit_req_zone $vllm_station_key zone=vllm_station_rate_default:1m rate=10r/s;"
+      ++ lacks "no Authorization in the log" (gw config).commonHttpConfig "$http_authorization\""
+      ++ h.eq "firewall" (config.networking.firewall.allowedTCPPorts or [ ]) [ ]
+    );
+
+    keys-unit = h.check (with' { keys.bob.file = "/run/secrets/bob"; }) (
+      config:
+      let
+        u = keysUnit config;
+      in
+      h.eq "ordering" [ u.before u.requiredBy u.partOf ] [
+        [ "nginx.service" ]
+        [ "nginx.service" ]
+        [ "nginx.service" ]
+      ]
+      ++ h.eq "user" [ u.serviceConfig.User u.serviceConfig.Group ] [ "nginx" "nginx" ]
+      ++ h.eq "oneshot" [ u.serviceConfig.Type u.serviceConfig.RemainAfterExit ] [ "oneshot" true ]
+      ++ h.eq "credentials" u.serviceConfig.LoadCredential [
+        "key-alice:/run/secrets/alice"
+        "key-bob:/run/secrets/bob"
+      ]
+      ++ h.eq "argv" (keysArgv config) [
+        "/nix/store/00000000000000000000000000000000-vllm-station/bin/station"
+        "gateway"
+        "keys"
+        "--out"
+        "/run/vllm-station-gateway/keys.map"
+        "--upstream-out"
+        "/run/vllm-station-gateway/upstream-authorization.map"
+        "--key"
+        "alice=%d/key-alice"
+        "--key"
+        "bob=%d/key-bob"
+      ]
+      ++ h.eq "sandboxed" [ u.serviceConfig.ProtectSystem u.serviceConfig.CapabilityBoundingSet ] [
+        "strict"
+        [ "" ]
+      ]
+    );
+
+    keys-directory-and-station-key = h.check (
+      with' { keysDirectory = "/run/secrets/gateway-keys"; }
+      ++ [ { services.vllm-station.serve.apiKeyFile = "/run/secrets/vllm"; } ]
+    ) (
+      config:
+      h.eq "credentials" (keysUnit config).serviceConfig.LoadCredential [
+        "key-alice:/run/secrets/alice"
+        "keydir:/run/secrets/gateway-keys"
+        "upstream-key:/run/secrets/vllm"
+      ]
+      ++ h.eq "argv" (lib.drop 9 (keysArgv config)) [
+        "--key-dir"
+        "%d/"
+        "--prefix"
+        "keydir_"
+        "--upstream-key-file"
+        "%d/upstream-key"
+      ]
+    );
+
+    acme = h.check (
+      with' {
+        tls.acme = true;
+        tls.certificateFile = lib.mkForce null;
+        tls.keyFile = lib.mkForce null;
+        openFirewall = true;
+      }
+    ) (
+      config:
+      let
+        v = vhost config;
+      in
+      h.eq "enableACME" v.enableACME true
+      ++ h.eq "forceSSL: port 80 answers the challenge and redirects" v.forceSSL true
+      ++ h.eq "onlySSL" v.onlySSL false
+      ++ h.eq "listen" v.listen [
+        {
+          addr = "0.0.0.0";
+          port = 443;
+          ssl = true;
+        }
+        {
+          addr = "0.0.0.0";
+          port = 80;
+        }
+      ]
+      ++ h.eq "no certificate files" (v ? sslCertificate) false
+      ++ h.eq "firewall" config.networking.firewall.allowedTCPPorts [
+        443
+        80
+      ]
+    );
+
+    per-key-limits = h.check (
+      with' {
+        keys.batch = {
+          file = "/run/secrets/batch";
+          limits = {
+            connections = 256;
+            maxBodySize = "64m";
+          };
+        };
+        keys.same = {
+          file = "/run/secrets/same";
+          limits.rate = "10r/s"; # the default: stays in the default group
+        };
+        keys.tiny = {
+          file = "/run/secrets/tiny";
+          limits.burst = 0;
+        };
+      }
+    ) (
+      config:
+      let
+        http = (gw config).commonHttpConfig;
+        batch = location "^~ /_vllm_station/key-batch/" config;
+      in
+      has "groups map" http "  batch key-batch;\n"
+      ++ lacks "default group" http "same key-same"
+      ++ has "batch zone" http "limit_conn_zone $vllm_station_key zone=vllm_station_conn_key-batch:1m;"
+      ++ has "batch body" batch "client_max_body_size 64m;"
+      ++ has "batch concurrency" batch "limit_conn vllm_station_conn_key-batch 256;"
+      ++ has "batch keeps the default rate" batch "limit_req zone=vllm_station_rate_key-batch burst=50 nodelay;"
+      ++ has "burst 0 is nginx's default (1.22 refuses burst=0)" (location "^~ /_vllm_station/key-tiny/" config) "limit_req zone=vllm_station_rate_key-tiny nodelay;"
+      ++ h.eq "groups" (lib.filter (lib.hasPrefix "^~") (lib.attrNames (vhost config).locations)) [
+        "^~ /_vllm_station/default/"
+        "^~ /_vllm_station/key-batch/"
+        "^~ /_vllm_station/key-tiny/"
+      ]
+    );
+
+    several-stations-round-robin-affinity = h.check (
+      with' {
+        upstreams = {
+          b.address = "10.0.0.2:8000";
+          c = {
+            address = "10.0.0.3:8000";
+            weight = 3;
+          };
+        };
+        balancing = "round-robin";
+        affinity.header = "X-Session-ID";
+        passiveHealth = {
+          maxFails = 2;
+          failTimeout = 10;
+        };
+      }
+    ) (
+      config:
+      let
+        ups = (gw config).upstreams;
+      in
+      h.eq "servers (the local one kept)" (lib.attrNames ups.vllm_station.servers) [
+        "10.0.0.2:8000"
+        "10.0.0.3:8000"
+        "127.0.0.1:8000"
+      ]
+      ++ h.eq "weight and health" ups.vllm_station.servers."10.0.0.3:8000" {
+        weight = 3;
+        max_fails = 2;
+        fail_timeout = "10s";
+      }
+      ++ lacks "round-robin" ups.vllm_station.extraConfig "least_conn"
+      ++ has "affinity pool" ups.vllm_station_affinity.extraConfig "hash $http_x_session_id consistent;"
+      ++ h.eq "same servers" ups.vllm_station_affinity.servers ups.vllm_station.servers
+      ++ has "pool by header" (gw config).commonHttpConfig "map $http_x_session_id $vllm_station_pool {"
+      ++ has "proxied by pool" (location "^~ /_vllm_station/default/" config) "proxy_pass http://$vllm_station_pool;"
+      ++ has "tries every station once" (location "^~ /_vllm_station/default/" config) "proxy_next_upstream_tries 3;"
+    );
+
+    paths-and-health = h.check (
+      with' {
+        paths = [
+          "/v1/chat/completions"
+          "/v1/responses"
+        ];
+        health = false;
+        allowFrom = [ "10.0.0.0/8" ];
+      }
+    ) (
+      config:
+      h.eq "locations" (lib.filter (lib.hasPrefix "= ") (lib.attrNames (vhost config).locations)) [
+        "= /v1/chat/completions"
+        "= /v1/responses"
+      ]
+      ++ has "allow" (vhost config).extraConfig "allow 10.0.0.0/8;\n\ndeny all;"
+    );
+
+    # ---- assertions ----
+    vllm-on-loopback = h.assertionFails (withServe { host = "0.0.0.0"; }) "vLLM listens on 0.0.0.0";
+    vllm-firewall-closed = h.assertionFails (withServe { openFirewall = true; }) "set services.vllm-station.serve.openFirewall = false";
+    needs-keys = h.assertionFails (with' { keys = lib.mkForce { }; }) "no API keys";
+    needs-tls = h.assertionFails (with' {
+      tls.certificateFile = lib.mkForce null;
+      tls.keyFile = lib.mkForce null;
+    }) "TLS needs either tls.acme";
+    tls-not-both-ways = h.assertionFails (with' { tls.acme = true; }) "TLS needs either tls.acme";
+    tls-key-with-certificate = h.assertionFails (with' { tls.keyFile = lib.mkForce null; }) "set tls.certificateFile and tls.keyFile together";
+    key-outside-store = h.assertionFails (with' { keys.alice.file = lib.mkForce "/nix/store/x-key"; }) "outside the Nix store";
+    tls-key-outside-store = h.assertionFails (with' { tls.keyFile = lib.mkForce "/nix/store/x-key.pem"; }) "outside the Nix store";
+    key-names = h.assertionFails (with' { keys."al ice".file = "/run/secrets/x"; }) "key names are 1-64 characters of A-Z a-z 0-9 _ - (got al ice)";
+    needs-upstreams = h.assertionFails [
+      nginxDefaults
+      base
+      { services.vllm-station.serve.enable = lib.mkForce false; }
+    ] "no upstreams";
+    affinity-header = h.assertionFails (with' { affinity.header = "X Session"; }) "affinity.header must be a header name";
+    paths-are-paths = h.assertionFails (with' { paths = [ "/v1/x;deny" ]; }) "paths are absolute URL paths";
+    no-internal-paths = h.assertionFails (with' { paths = [ "/_vllm_station/default/v1/models" ]; }) "not under /_vllm_station";
+    rate-format = h.throws (with' { limits.rate = "fast"; });
+    body-size-format = h.throws (with' { limits.maxBodySize = "1G"; });
+  };
+  results = lib.mapAttrs (name: test: h.run "gateway/${name}" test) tests;
+in
+if output == "names" then
+  lib.attrNames tests
+else if only != null then
+  h.runUncaught only tests.${only}
+else
+  {
+    passed = lib.attrNames (lib.filterAttrs (_: r: r == [ ]) results);
+    failed = lib.mapAttrsToList (name: problems: {
+      inherit name;
+      message = lib.concatStringsSep "\n" problems;
+    }) (lib.filterAttrs (_: r: r != [ ]) results);
+  }
