@@ -465,8 +465,10 @@ in
       };
       defaultText = literalExpression ''{ local.address = "127.0.0.1:''${toString config.services.vllm-station.serve.port}"; }'';
       description = ''
-        The stations behind the gateway, by name; by default this station's vLLM. Other stations'
-        vLLM listen on a private address with their own `serve.apiKeyFile` (see `upstreamApiKeyFile`).
+        The stations behind the gateway, by name; by default this station's vLLM. Setting it replaces
+        that default: list this station too (`local.address = "127.0.0.1:8000"`) to keep it. Other
+        stations' vLLM listen on a private address with their own `serve.apiKeyFile` (see
+        `upstreamApiKeyFile`).
       '';
     };
 

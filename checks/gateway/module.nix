@@ -268,10 +268,10 @@ let
       let
         ups = (gw config).upstreams;
       in
-      h.eq "servers (the local one kept)" (lib.attrNames ups.vllm_station.servers) [
+      # A definition replaces the default (this station): list it too to keep it.
+      h.eq "servers" (lib.attrNames ups.vllm_station.servers) [
         "10.0.0.2:8000"
         "10.0.0.3:8000"
-        "127.0.0.1:8000"
       ]
       ++ h.eq "weight and health" ups.vllm_station.servers."10.0.0.3:8000" {
         weight = 3;
@@ -283,7 +283,7 @@ let
       ++ h.eq "same servers" ups.vllm_station_affinity.servers ups.vllm_station.servers
       ++ has "pool by header" (gw config).commonHttpConfig "map $http_x_session_id $vllm_station_pool {"
       ++ has "proxied by pool" (location "^~ /_vllm_station/default/" config) "proxy_pass http://$vllm_station_pool;"
-      ++ has "tries every station once" (location "^~ /_vllm_station/default/" config) "proxy_next_upstream_tries 3;"
+      ++ has "tries every station once" (location "^~ /_vllm_station/default/" config) "proxy_next_upstream_tries 2;"
     );
 
     paths-and-health = h.check (
@@ -301,7 +301,8 @@ let
         "= /v1/chat/completions"
         "= /v1/responses"
       ]
-      ++ has "allow" (vhost config).extraConfig "allow 10.0.0.0/8;\n\ndeny all;"
+      ++ has "allow" (vhost config).extraConfig "allow 10.0.0.0/8;"
+      ++ has "deny the rest" (vhost config).extraConfig "deny all;"
     );
 
     # ---- assertions ----
