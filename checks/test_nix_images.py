@@ -49,6 +49,33 @@ MODELS_ROOT = "/var/lib/vllm-station-models"  # modules/lib/contract.nix modelsR
 MODELS_DISK = {"flash-station": False, "station-a": True, "station-b": True}
 DISKO_REPO = "nix-community/disko"
 
+# The nixpkgs option paths the product's Nix sources use (modules/, install/'s modules, the image stations'
+# examples), found by a grep: `a.b.c = …`, `a.b.c."key" = …`, `config.a.b.c`. The tree under test must declare each
+# one (an option or a set of them), and none may be a renamed or removed option's alias: against the locked
+# nixpkgs (scripts/check with a network), a name that differs from the offline tree's fails here.
+_NAMESPACES = (
+    "boot|documentation|environment|fileSystems|hardware|networking|nixpkgs|services|system|systemd|users|virtualisation"
+)
+_USES = [
+    re.compile(rf"^\s*((?:{_NAMESPACES})(?:\.[A-Za-z][\w-]*)+)(?=\s*=|\.[\"$])", re.MULTILINE),
+    re.compile(rf"\bconfig\.((?:{_NAMESPACES})(?:\.[A-Za-z][\w-]*)+)"),
+]
+_SOURCES = ["modules/**/*.nix", "install/disko.nix", "install/dgx-station.nix",
+            "checks/examples/flash-station.nix", "checks/examples/pair-station.nix"]  # fmt: skip
+
+
+def option_uses() -> dict[str, str]:
+    """Option path -> the first source that uses it (our own options and the image machinery left out)."""
+    found: dict[str, str] = {}
+    for pattern in _SOURCES:
+        for src in sorted(REPO.glob(pattern)):
+            text = src.read_text()
+            for regex in _USES:
+                for m in regex.finditer(text):
+                    if not m.group(1).startswith(("services.vllm-station", "system.build")):
+                        found.setdefault(m.group(1), str(src.relative_to(REPO)))
+    return found
+
 
 def _tree() -> str:
     require_nix()
@@ -87,6 +114,7 @@ def _station(station: str) -> dict[str, Any]:
             "--argstr", "nixosTree", _tree(),
             "--argstr", "diskoTree", str(_disko_tree()),
             "--argstr", "station", station,
+            "--argstr", "optionUses", json.dumps(sorted(option_uses())),
         ],
         timeout=900,
     )  # fmt: skip
@@ -146,7 +174,13 @@ def test_station_release(station: str) -> None:
     print(f"{station}: {result['machinery']} image machinery, tree {tree}")
     assert result["machinery"] == machinery, "the tree's own image machinery must be used when it has one"
     assert sorted(result["images"]) == sorted(f"{station}-{fmt}" for fmt in FORMATS)
-    failures = []
+    uses = option_uses()
+    assert set(result["options"]) == set(uses)
+    failures = [
+        f"option {path} ({uses[path]}): {status} in the tree {tree}"
+        for path, status in sorted(result["options"].items())
+        if status != "ok"
+    ]
     for name, image in sorted(result["images"].items()):
         print(f"  {name}: {image['drvPath']}")
         try:
@@ -159,6 +193,15 @@ def test_station_release(station: str) -> None:
         failures.append(f"install target {station}: {e}")
     print(f"  install/{station}: {result['install']['scripts']['diskoScript']}")
     assert not failures, "\n\n".join(failures)
+
+
+def test_option_uses_found() -> None:
+    """The grep finds the options the modules are known to set (a broken pattern would check nothing)."""
+    uses = option_uses()
+    for path in ["virtualisation.docker.enable", "hardware.nvidia-container-toolkit.enable", "systemd.tmpfiles.rules",
+                 "boot.kernel.sysctl", "networking.firewall.allowedTCPPorts", "services.nginx", "hardware.nvidia.open",
+                 "boot.loader.systemd-boot.enable"]:  # fmt: skip
+        assert path in uses, f"{path} not found among {sorted(uses)}"
 
 
 def test_install_lock_pins_the_evaluated_disko() -> None:

@@ -16,6 +16,9 @@
   nixosTree ? builtins.getEnv "NIXOS_TREE",
   diskoTree ? "",
   station ? "",
+  # nixpkgs option paths the repository uses (a JSON list): each one's status in this tree, `ok` (an
+  # option, or a set of them) or why not (absent, a hidden renamed or removed option's alias)
+  optionUses ? "[]",
   output ? "results",
 }:
 let
@@ -37,6 +40,45 @@ let
 
   base = flake.nixosConfigurations.${station}.config;
   want = serving base;
+
+  # Walk a dotted path through the options: an attrsOf-submodule option (systemd.services) takes the next
+  # component as an attribute name, a submodule option descends, any other option ends the walk (what
+  # follows is inside its value: sysctl keys, /etc entries).
+  optionStatus =
+    path:
+    let
+      walk =
+        opts: names:
+        if names == [ ] then
+          opts
+        else if opts == null then
+          null
+        else if lib.isOption opts then
+          let
+            sub = opts.type.getSubOptions [ ];
+            named = lib.elem opts.type.name [
+              "attrsOf"
+              "lazyAttrsOf"
+            ];
+          in
+          if sub == { } then
+            opts
+          else if named then
+            walk sub (lib.drop 1 names)
+          else
+            walk sub names
+        else
+          walk (opts.${lib.head names} or null) (lib.tail names);
+      found = walk flake.nixosConfigurations.${station}.options (lib.splitString "." path);
+    in
+    if found == null then
+      "absent"
+    else if !(lib.isOption found) then
+      (if lib.isAttrs found then "ok" else "not an option")
+    else if (found.visible or true) == false then
+      "hidden (a renamed or removed option's alias)"
+    else
+      "ok";
 
   check =
     name:
@@ -67,6 +109,7 @@ else if !(flake.nixosConfigurations ? ${station}) then
 else
   {
     inherit machinery;
+    options = lib.genAttrs (builtins.fromJSON optionUses) optionStatus;
     images = lib.genAttrs (lib.filter (name: stationOf name == station) imageNames) check;
     install =
       if diskoTree == "" then
