@@ -1,0 +1,382 @@
+"""`station golive`: every gate before go-live, in order, and one report (docs/golive.md).
+
+    station golive --base-url http://127.0.0.1:8888 --expect c1.tok_s>=100 --out /var/lib/golive/run1
+    station golive --config /etc/vllm-station/golive.json          # what the NixOS module renders
+
+Gates, in order: smoke (model list, chat, get_weather plain and streamed) → tools (the tool-call battery)
+→ agent (the agent battery) → needle (long-context retrieval up to ~90 % of max_model_len) → bench (a
+concurrency sweep, judged by the `--expect` thresholds, `failures==0` always among them). An unreachable
+server stops the run at smoke; any other failure is recorded and the next gate runs.
+
+The report records what was tested: the server's /version, the model and its max_model_len, and — from
+`--config`, when the module runs it on a station — the preset, image, model revision and the rendered vLLM
+flags. It is written as `golive.json` and a self-contained `golive.html` (plots inline) into `--out`.
+
+Exit codes: 0 every gate held, 1 a gate failed, 2 usage (bad options or config file), 3 unreachable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import socket
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from vllm_station import report as report_mod
+from vllm_station.api import ApiClient, ApiError
+from vllm_station.api.args import Endpoint, add_endpoint_args, endpoint_from_args
+from vllm_station.bench import expect as expect_mod
+from vllm_station.bench.modes import BenchOptions, Count, execute
+from vllm_station.bench.report import BenchReport
+from vllm_station.bench.report import to_dict as bench_dict
+from vllm_station.errors import EXIT_FAIL, EXIT_OK, EXIT_UNREACHABLE, Unreachable, UsageError
+from vllm_station.gates import agent, needle, tools
+from vllm_station.gates.agent import load_agent_tasks
+from vllm_station.gates.cases import load_tool_cases
+from vllm_station.gates.common import Sampling, max_model_len, resolve_model
+from vllm_station.smoke import SmokeOptions, run_smoke
+
+SCHEMA_VERSION = 1
+GATES = ("smoke", "tools", "agent", "needle", "bench")
+FROM_CONFIG = "(from --config)"
+ALWAYS_EXPECT = "failures==0"
+
+
+@dataclass
+class GateOutcome:
+    name: str
+    held: bool | None  # None: skipped
+    summary: str
+    seconds: float
+    report: Any = None  # the gate's own report, as JSON types
+
+
+@dataclass
+class GoliveReport:
+    schema: int
+    started_at: str
+    finished_at: str
+    base_url: str
+    model: str | None
+    server: dict[str, Any]  # /version, max_model_len
+    station: dict[str, Any]  # from --config: preset, image, revision, vllmArgs, host
+    expect: list[str]
+    result: str  # go | no-go
+    exit_code: int
+    gates: list[GateOutcome] = field(default_factory=list)
+
+
+def _csv_ints(text: str) -> list[int]:
+    try:
+        out = [int(p) for p in text.split(",") if p.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: comma-separated whole numbers, e.g. 1,8,32") from None
+    if not out or min(out) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: positive numbers, e.g. 1,8,32")
+    return out
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = (__doc__ or "").split("\n\n", 1)[1]
+    parser.add_argument(
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help="the module's golive.json (base URL, model, thresholds, station)",
+    )
+    add_endpoint_args(parser, default_url=FROM_CONFIG)
+    parser.add_argument(
+        "--model", metavar="NAME", help="served model name (default: config, else the only model)"
+    )
+    parser.add_argument(
+        "--expect", action="append", default=[], metavar="EXPR",
+        help="a bench threshold, e.g. c1.tok_s>=100 (repeatable; added to the config's; failures==0 always)",
+    )  # fmt: skip
+    parser.add_argument("--out", type=Path, metavar="DIR", help="write golive.json and golive.html here")
+    parser.add_argument(
+        "--skip", default="", metavar="GATES", help=f"gates to leave out, comma-separated: {', '.join(GATES)}"
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=None, metavar="S", help="per request (default per gate)"
+    )
+    parser.add_argument(
+        "--agent-repeats", type=int, default=None, metavar="K", help="agent trials per task (default 1)"
+    )
+    parser.add_argument(
+        "--needle-lengths", default=None, help="needle prompt lengths (default 25%%,50%%,90%%)"
+    )
+    parser.add_argument("--needle-depths", default=None, help="needle depths in percent (default 0,50,100)")
+    parser.add_argument(
+        "--bench-concurrency",
+        type=_csv_ints,
+        default=None,
+        metavar="LIST",
+        help="sweep levels (default 1,32)",
+    )
+    parser.add_argument(
+        "--bench-requests", default=None, metavar="N|Nx", help="measured requests per level (default 2x)"
+    )
+    parser.add_argument(
+        "--bench-output-len", type=int, default=None, metavar="N", help="tokens per answer (default 256)"
+    )
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+
+
+def _load_config(path: Path | None) -> dict[str, Any]:
+    if path is None:
+        return {}
+    try:
+        obj = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UsageError(f"--config {path}: not found") from None
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"--config {path}: cannot read it as JSON ({exc})") from None
+    if not isinstance(obj, dict):
+        raise UsageError(f"--config {path}: expected a JSON object")
+    return obj
+
+
+@dataclass
+class Plan:
+    """What one golive run does: the config file's values, overridden by the command line."""
+
+    model: str | None
+    expect: list[str]
+    skip: set[str]
+    timeout: float | None
+    agent_repeats: int
+    needle_lengths: str
+    needle_depths: str
+    bench_levels: list[int]
+    bench_requests: str
+    bench_output_len: int
+    station: dict[str, Any]
+    out: Path | None
+    needle_cache: Path | None
+
+
+def make_plan(args: argparse.Namespace, cfg: dict[str, Any]) -> Plan:
+    skip = {s.strip() for s in (args.skip or ",".join(cfg.get("skip") or [])).split(",") if s.strip()}
+    unknown = sorted(skip - set(GATES))
+    if unknown:
+        raise UsageError(f"--skip {', '.join(unknown)}: the gates are {', '.join(GATES)}")
+    expect = [*(cfg.get("expect") or []), *args.expect]
+    if ALWAYS_EXPECT not in expect:
+        expect.append(ALWAYS_EXPECT)
+    expect_mod.parse(expect)  # a bad threshold is a usage error now, not after an hour of gates
+    needle_cfg = cfg.get("needle") or {}
+    bench_cfg = cfg.get("bench") or {}
+    out = args.out or (Path(cfg["outDir"]) if cfg.get("outDir") else None)
+    plan = Plan(
+        model=args.model or cfg.get("model"),
+        expect=expect,
+        skip=skip,
+        timeout=args.timeout or cfg.get("timeout"),
+        agent_repeats=args.agent_repeats or int((cfg.get("agent") or {}).get("repeats", 1)),
+        needle_lengths=args.needle_lengths or needle_cfg.get("lengths") or ",".join(needle.DEFAULT_LENGTHS),
+        needle_depths=args.needle_depths
+        or needle_cfg.get("depths")
+        or ",".join(map(str, needle.DEFAULT_DEPTHS)),
+        bench_levels=args.bench_concurrency or list(bench_cfg.get("concurrency") or [1, 32]),
+        bench_requests=args.bench_requests or str(bench_cfg.get("requests") or "2x"),
+        bench_output_len=args.bench_output_len or int(bench_cfg.get("outputLen") or 256),
+        station=dict(cfg.get("station") or {}),
+        out=out,
+        needle_cache=Path(needle_cfg["calibrationCache"]) if needle_cfg.get("calibrationCache") else None,
+    )
+    if plan.agent_repeats < 1 or plan.bench_output_len < 1:
+        raise UsageError("--agent-repeats and --bench-output-len must be at least 1")
+    levels = [f"c{c}" for c in plan.bench_levels]
+    expect_mod.check_levels(expect_mod.parse(plan.expect), levels)
+    Count.parse(plan.bench_requests)
+    return plan
+
+
+def _say(quiet: bool, text: str) -> None:
+    if not quiet:
+        print(f"golive: {text}", file=sys.stderr, flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = _load_config(args.config)
+    if args.base_url == FROM_CONFIG:
+        if not cfg.get("baseUrl"):
+            raise UsageError("give --base-url (or a --config with baseUrl)")
+        args.base_url = cfg["baseUrl"]
+    if args.api_key_file is None and cfg.get("apiKeyFile"):
+        args.api_key_file = cfg["apiKeyFile"]
+    plan = make_plan(args, cfg)
+    ep = endpoint_from_args(args)
+    rep, bench = run_golive(ep, plan, quiet=args.quiet)
+    if plan.out is not None:
+        from vllm_station.gates.page import write_report
+
+        for p in write_report(rep, plan.out, bench):
+            _say(args.quiet, f"wrote {p}")
+    if args.json:
+        report_mod.dump_json(rep)
+    else:
+        print(render(rep))
+    return rep.exit_code
+
+
+def run_golive(ep: Endpoint, plan: Plan, *, quiet: bool = False) -> tuple[GoliveReport, BenchReport | None]:
+    """Every gate of `plan` against `ep`: the report, and the bench gate's report object (for its plots)."""
+    started = datetime.now(UTC).isoformat(timespec="seconds")
+    outcomes: list[GateOutcome] = []
+    server: dict[str, Any] = {}
+    model = plan.model
+    station = {"host": socket.gethostname(), **plan.station}
+    stop = False
+    bench: list[BenchReport] = []
+
+    def record(o: GateOutcome) -> None:
+        outcomes.append(o)
+        state = "skipped" if o.held is None else ("held" if o.held else "FAILED")
+        _say(quiet, f"{o.name}: {state} — {o.summary} ({o.seconds:.1f} s)")
+
+    # 1. smoke: also the first contact (an unreachable server ends the run here)
+    t0 = time.perf_counter()
+    if "smoke" in plan.skip:
+        record(GateOutcome("smoke", None, "skipped", 0.0))
+    else:
+        _say(quiet, "smoke …")
+        smoke = run_smoke(
+            SmokeOptions(base_url=ep.base_url, model=model, api_key=ep.api_key,
+                         timeout_s=plan.timeout or 120.0, ca_file=ep.ca_file)
+        )  # fmt: skip
+        model = model or smoke.model
+        counts = {r: sum(c.result == r for c in smoke.checks) for r in ("pass", "warn", "fail", "skip")}
+        summary = ", ".join(f"{v} {k}" for k, v in counts.items() if v)
+        record(GateOutcome("smoke", smoke.exit_code == 0, summary, time.perf_counter() - t0,
+                           report_mod.to_jsonable(smoke)))  # fmt: skip
+        stop = smoke.exit_code == EXIT_UNREACHABLE
+    if not stop:
+        try:
+            with ep.client(timeout=plan.timeout or 600.0) as api:
+                model = resolve_model(api, model)
+                server["max_model_len"] = max_model_len(api, model)
+                try:
+                    server["version"] = api.get_json("/version", timeout=30)
+                except ApiError as err:
+                    server["version"] = {"error": str(err)}
+                bench += _gates(api, ep, model, plan, server, record, quiet)
+        except Unreachable as err:
+            record(GateOutcome("unreachable", False, str(err), 0.0))
+            stop = True
+    held = [o.held for o in outcomes if o.held is not None]
+    ok = bool(held) and all(held) and not stop
+    code = EXIT_OK if ok else (EXIT_UNREACHABLE if stop else EXIT_FAIL)
+    rep = GoliveReport(
+        schema=SCHEMA_VERSION,
+        started_at=started,
+        finished_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        base_url=ep.api_url,
+        model=model,
+        server=server,
+        station=station,
+        expect=plan.expect,
+        result="go" if ok else "no-go",
+        exit_code=code,
+        gates=outcomes,
+    )
+    return rep, (bench[0] if bench else None)
+
+
+def _gates(
+    api: ApiClient,
+    ep: Endpoint,
+    model: str,
+    plan: Plan,
+    server: dict[str, Any],
+    record: Callable[[GateOutcome], None],
+    quiet: bool,
+) -> list[BenchReport]:
+    """tools → agent → needle → bench; the bench report object when bench ran."""
+    sampling = Sampling()
+    if "tools" in plan.skip:
+        record(GateOutcome("tools", None, "skipped", 0.0))
+    else:
+        _say(quiet, "tools …")
+        t0 = time.perf_counter()
+        tr = tools.run_battery(api, model, load_tool_cases(), sampling, quiet=quiet)
+        record(GateOutcome("tools", tr.result == "pass", f"{tr.passed}/{tr.cases} cases",
+                           time.perf_counter() - t0, report_mod.to_jsonable(tr)))  # fmt: skip
+    if "agent" in plan.skip:
+        record(GateOutcome("agent", None, "skipped", 0.0))
+    else:
+        _say(quiet, "agent …")
+        t0 = time.perf_counter()
+        ar = agent.run_battery(
+            api, model, load_agent_tasks(), sampling, repeats=plan.agent_repeats, quiet=quiet
+        )
+        hats = ", ".join(f"{k} {v:.2f}" for k, v in ar.pass_hat.items())
+        record(GateOutcome("agent", ar.result == "pass", f"{ar.passed}/{ar.tasks} tasks ({hats})",
+                           time.perf_counter() - t0, report_mod.to_jsonable(ar)))  # fmt: skip
+    if "needle" in plan.skip:
+        record(GateOutcome("needle", None, "skipped", 0.0))
+    else:
+        _say(quiet, "needle …")
+        t0 = time.perf_counter()
+        mml = server.get("max_model_len")
+        if not mml:
+            record(GateOutcome("needle", False, "the server reports no max_model_len", 0.0))
+        else:
+            lengths = needle.parse_lengths(plan.needle_lengths, mml)
+            cases = needle.plan(lengths, needle.parse_depths(plan.needle_depths), needle.VARIANTS)
+            nr = needle.run_battery(api, model, cases, Sampling(max_tokens=256), max_model_len=mml,
+                                    cache=plan.needle_cache, quiet=quiet)  # fmt: skip
+            longest = max(r.prompt_tokens or 0 for r in nr.results) if nr.results else 0
+            walls = [
+                r.wall_s
+                for r in nr.results
+                if r.wall_s is not None and r.length == max(c.length for c in cases)
+            ]
+            wall = f", {min(walls):.1f}–{max(walls):.1f} s at {longest:,} tokens" if walls else ""
+            record(GateOutcome("needle", nr.result == "pass", f"{nr.passed}/{nr.cases} retrieved{wall}",
+                               time.perf_counter() - t0, report_mod.to_jsonable(nr)))  # fmt: skip
+    if "bench" in plan.skip:
+        record(GateOutcome("bench", None, "skipped", 0.0))
+        return []
+    _say(quiet, "bench …")
+    t0 = time.perf_counter()
+    opts = BenchOptions(
+        mode="sweep", base_url=ep.root_url, model=model, api_key=ep.api_key, levels=plan.bench_levels,
+        warmup=Count(1, True), requests=Count.parse(plan.bench_requests), output_len=plan.bench_output_len,
+        timeout=plan.timeout or 600.0, seed=0, progress=not quiet,
+        expectations=expect_mod.parse(plan.expect),
+    )  # fmt: skip
+    br = asyncio.run(execute(opts))
+    missed = [e for e in br.expect if not e.passed]
+    summary = "; ".join(e.detail for e in br.expect) if br.expect else f"{br.failures} failures"
+    if missed:
+        summary = "not held: " + "; ".join(e.detail for e in missed)
+    record(GateOutcome("bench", br.passed, summary, time.perf_counter() - t0, bench_dict(br)))
+    return [br]
+
+
+def render(rep: GoliveReport) -> str:
+    rows = [
+        (
+            o.name,
+            "skipped" if o.held is None else ("held" if o.held else "FAILED"),
+            round(o.seconds, 1),
+            o.summary,
+        )
+        for o in rep.gates
+    ]
+    version = rep.server.get("version")
+    vtext = version.get("version") if isinstance(version, dict) else version
+    head = f"station golive  {rep.base_url}  model={rep.model or '-'}  vLLM {vtext or '?'}"
+    verdict = "GO" if rep.result == "go" else "NO-GO"
+    body = report_mod.table(["gate", "result", "seconds", "summary"], rows)
+    return f"{head}\n{body}\n{verdict} (exit {rep.exit_code})"
