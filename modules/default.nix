@@ -16,6 +16,7 @@ in
     ./pair.nix
     ./gateway.nix
     ./monitoring.nix
+    ./golive.nix
   ];
 
   options.services.vllm-station.package = mkOption {

@@ -1,0 +1,212 @@
+# services.vllm-station.golive: `station golive` as its own oneshot unit, `vllm-station-golive`, after a
+# switch: smoke, the tool-call and agent batteries, long-context needles and a bench sweep against the
+# serving unit, judged by the thresholds (docs/golive.md). Off by default: it loads the GPU for minutes.
+#
+# The unit starts after `vllm-station.service` is up (its start includes wait-ready) and is wanted by
+# multi-user.target. It stays active after a pass (RemainAfterExit), so a switch reruns it only when what
+# is served changed: the rendered vLLM flags, the image and the checkpoint revision are its restart
+# triggers (through the config file it reads). A switch waits for it and reports it failed on a no-go.
+# This module reads the serving options; it never edits `systemd.services.vllm-station`.
+{
+  config,
+  lib,
+  utils,
+  ...
+}:
+let
+  inherit (lib)
+    mkOption
+    mkEnableOption
+    mkIf
+    types
+    literalExpression
+    optionalAttrs
+    optionalString
+    ;
+
+  top = config.services.vllm-station;
+  cfg = top.golive;
+  serve = top.serve;
+  contract = import ./lib/contract.nix;
+  hardening = import ./lib/hardening.nix;
+
+  unitName = "${contract.unit}-golive";
+  stateDir = "/var/lib/${unitName}";
+  cacheDir = "/var/cache/${unitName}";
+  # The run's settings and the station's record, for `station golive --config` (keys: docs/golive.md).
+  configPath = "${contract.etcDir}/golive.json";
+  gates = [
+    "smoke"
+    "tools"
+    "agent"
+    "needle"
+    "bench"
+  ];
+
+  settings = {
+    inherit (cfg) baseUrl expect skip;
+    model = cfg.model;
+    timeout = cfg.requestTimeout;
+    outDir = stateDir;
+    agent.repeats = cfg.agentRepeats;
+    needle = {
+      inherit (cfg.needle) lengths depths;
+      calibrationCache = "${cacheDir}/needle-calibration.json";
+    };
+    bench = {
+      inherit (cfg.bench) concurrency requests outputLen;
+    };
+    station = {
+      inherit (serve) preset image;
+      revision = serve.inputs.checkpoint.revision;
+      vllmArgs = serve.vllmArgs;
+    };
+  };
+  settingsText = builtins.toJSON settings;
+
+  station = lib.getExe top.package;
+  # `%d` (the credentials directory) is systemd's to expand: appended unescaped (escaping doubles it).
+  execStart =
+    utils.escapeSystemdExecArgs (
+      [
+        station
+        "golive"
+        "--config"
+        configPath
+      ]
+      ++ cfg.extraFlags
+    )
+    + optionalString (serve.apiKeyFile != null) " --api-key-file %d/api-key";
+in
+{
+  options.services.vllm-station.golive = {
+    enable = mkEnableOption ''
+      `station golive` as the oneshot unit `vllm-station-golive` after a switch (it loads the GPU for
+      minutes: a bench sweep and needles up to ~90 % of the context)'';
+
+    baseUrl = mkOption {
+      type = types.str;
+      default = "http://${top.monitoring.vllmAddress}";
+      defaultText = literalExpression ''"http://''${config.services.vllm-station.monitoring.vllmAddress}"'';
+      description = "Where the gates reach vLLM (the serving unit's port; a wildcard address on loopback).";
+    };
+
+    model = mkOption {
+      type = types.nullOr types.str;
+      default = null;
+      description = "The served model name to test; null: the only model the server lists.";
+    };
+
+    expect = mkOption {
+      type = types.listOf types.str;
+      default = [ "c1.tok_s>=${toString top.monitoring.thresholds.tokensPerSecond}" ];
+      defaultText = literalExpression ''[ "c1.tok_s>=''${toString config.services.vllm-station.monitoring.thresholds.tokensPerSecond}" ]'';
+      example = [
+        "c1.tok_s>=100"
+        "c32.ttft_p50<=1.5"
+      ];
+      description = ''
+        The bench sweep's thresholds (`station bench --expect` syntax); `failures==0` always applies. The
+        default is the recipe's one-user floor, the same figure the probe's alert uses.
+      '';
+    };
+
+    skip = mkOption {
+      type = types.listOf (types.enum gates);
+      default = [ ];
+      description = "Gates to leave out.";
+    };
+
+    requestTimeout = mkOption {
+      type = types.ints.positive;
+      default = 900;
+      description = "Seconds allowed for one request (a needle near full context takes tens of seconds).";
+    };
+
+    agentRepeats = mkOption {
+      type = types.ints.positive;
+      default = 1;
+      description = "Trials per agent task (pass^k is reported for k up to this).";
+    };
+
+    needle = {
+      lengths = mkOption {
+        type = types.str;
+        default = "25%,50%,90%";
+        description = "Needle prompt lengths: `N%` of max_model_len, `Nk` (× 1024) or token counts.";
+      };
+      depths = mkOption {
+        type = types.str;
+        default = "0,50,100";
+        description = "Needle depths, in percent of the prompt.";
+      };
+    };
+
+    bench = {
+      concurrency = mkOption {
+        type = types.listOf types.ints.positive;
+        default = [
+          1
+          32
+        ];
+        description = "Concurrency levels of the sweep (the recipe's record: 1 and 32 users).";
+      };
+      requests = mkOption {
+        type = types.str;
+        default = "2x";
+        description = "Measured requests per level: N, or Nx (× the concurrency).";
+      };
+      outputLen = mkOption {
+        type = types.ints.positive;
+        default = 256;
+        description = "Tokens per answer (the recipe's burst test: 256).";
+      };
+    };
+
+    timeoutSeconds = mkOption {
+      type = types.ints.positive;
+      default = 4 * 3600;
+      description = "`TimeoutStartSec` of the unit: the whole run, every gate included.";
+    };
+
+    extraFlags = mkOption {
+      type = types.listOf types.str;
+      default = [ ];
+      example = [ "--agent-repeats" "3" ];
+      description = "More `station golive` arguments.";
+    };
+  };
+
+  config = mkIf cfg.enable {
+    assertions = [
+      {
+        assertion = serve.enable && !serve.headless;
+        message = "services.vllm-station.golive: it tests this station's API; enable services.vllm-station.serve (not a headless worker) or leave golive.enable = false.";
+      }
+    ];
+
+    environment.etc."${lib.removePrefix "/etc/" configPath}".text = settingsText;
+
+    systemd.services.${unitName} = {
+      description = "station golive: quality gates and a bench sweep after a switch";
+      wantedBy = [ "multi-user.target" ];
+      wants = [ "${contract.unit}.service" ];
+      after = [ "${contract.unit}.service" ];
+      # What is served changed: run the gates again.
+      restartTriggers = [ settingsText ];
+      environment.MPLCONFIGDIR = "${cacheDir}/matplotlib";
+      serviceConfig =
+        hardening.for [ ]
+        // {
+          Type = "oneshot";
+          RemainAfterExit = true;
+          ExecStart = execStart;
+          DynamicUser = true;
+          StateDirectory = unitName;
+          CacheDirectory = unitName;
+          TimeoutStartSec = cfg.timeoutSeconds;
+        }
+        // optionalAttrs (serve.apiKeyFile != null) { LoadCredential = [ "api-key:${serve.apiKeyFile}" ]; };
+    };
+  };
+}
