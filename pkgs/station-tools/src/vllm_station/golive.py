@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from vllm_station import argtypes
 from vllm_station import report as report_mod
 from vllm_station.api import ApiClient, ApiError
 from vllm_station.api.args import Endpoint, add_endpoint_args, endpoint_from_args
@@ -105,10 +106,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--skip", default="", metavar="GATES", help=f"gates to leave out, comma-separated: {', '.join(GATES)}"
     )
     parser.add_argument(
-        "--timeout", type=float, default=None, metavar="S", help="per request (default per gate)"
+        "--timeout",
+        type=argtypes.seconds(hi=argtypes.DAY),
+        default=None,
+        metavar="S",
+        help="per request (default per gate)",
     )
     parser.add_argument(
-        "--agent-repeats", type=int, default=None, metavar="K", help="agent trials per task (default 1)"
+        "--agent-repeats",
+        type=argtypes.count(hi=100),
+        default=None,
+        metavar="K",
+        help="agent trials per task (default 1)",
     )
     parser.add_argument(
         "--needle-lengths", default=None, help="needle prompt lengths (default 25%%,50%%,90%%)"
@@ -125,7 +134,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--bench-requests", default=None, metavar="N|Nx", help="measured requests per level (default 2x)"
     )
     parser.add_argument(
-        "--bench-output-len", type=int, default=None, metavar="N", help="tokens per answer (default 256)"
+        "--bench-output-len",
+        type=argtypes.count(hi=1_000_000),
+        default=None,
+        metavar="N",
+        help="tokens per answer (default 256)",
     )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")

@@ -15,13 +15,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-from vllm_station import report
+from vllm_station import argtypes, report
 from vllm_station.api.args import add_endpoint_args, endpoint_from_args
 from vllm_station.errors import EXIT_FAIL, EXIT_OK, UsageError
 from vllm_station.gates.agent import DEFAULT_MAX_TURNS, load_agent_tasks
 from vllm_station.gates.cases import ToolCase, load_tool_cases
 from vllm_station.gates.common import Sampling, max_model_len, resolve_model
 from vllm_station.gates.needle import DEFAULT_DEPTHS, DEFAULT_LENGTHS, VARIANTS
+
+MAX_TOKENS = 1_000_000
 
 
 def _json_object(text: str) -> dict[str, Any]:
@@ -39,13 +41,17 @@ def _common(sp: argparse.ArgumentParser, timeout: float, max_tokens: int) -> Non
     sp.add_argument("--model", metavar="NAME", help="served model name (default: the single model listed)")
     sp.add_argument(
         "--timeout",
-        type=float,
+        type=argtypes.seconds(hi=argtypes.DAY),
         default=timeout,
         metavar="S",
         help=f"seconds per request (default {timeout:g})",
     )
     sp.add_argument(
-        "--max-tokens", type=int, default=max_tokens, metavar="N", help=f"per answer (default {max_tokens})"
+        "--max-tokens",
+        type=argtypes.count(hi=MAX_TOKENS),
+        default=max_tokens,
+        metavar="N",
+        help=f"per answer (default {max_tokens})",
     )
     sp.add_argument(
         "--extra-body",
@@ -106,11 +112,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--task", action="append", default=[], metavar="ID", help="only this task (repeatable)"
     )
     agent.add_argument(
-        "--repeats", type=int, default=1, metavar="K", help="trials per task, for pass^k (default 1)"
+        "--repeats",
+        type=argtypes.count(hi=100),
+        default=1,
+        metavar="K",
+        help="trials per task, for pass^k (default 1)",
     )
     agent.add_argument(
         "--max-turns",
-        type=int,
+        type=argtypes.count(hi=100),
         default=DEFAULT_MAX_TURNS,
         metavar="N",
         help=f"answers per trial (default {DEFAULT_MAX_TURNS})",
@@ -139,7 +149,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     needle.add_argument(
         "--max-model-len",
-        type=int,
+        type=argtypes.count(lo=64, hi=100_000_000),
         default=None,
         metavar="N",
         help="when /v1/models does not say (vLLM does)",
@@ -152,7 +162,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="the /tokenize calibration file (default ~/.cache/vllm-station/needle-calibration.json)",
     )
     needle.add_argument("--no-calibration-cache", action="store_true", help="calibrate afresh, keep nothing")
-    needle.add_argument("--seed", type=int, default=0, help="haystack and needle seed (default 0)")
+    needle.add_argument(
+        "--seed",
+        type=argtypes.count(lo=0, hi=2**32 - 1),
+        default=0,
+        help="haystack and needle seed (default 0)",
+    )
     listing = verb("list", "list the batteries' cases and tasks (no server needed)")
     case_options(listing)
     listing.add_argument(
@@ -173,8 +188,6 @@ def _emit(rep: Any, args: argparse.Namespace, text: str) -> None:
 
 
 def _sampling(args: argparse.Namespace) -> Sampling:
-    if args.max_tokens < 1:
-        raise UsageError("--max-tokens must be at least 1")
     return Sampling(max_tokens=args.max_tokens, extra=dict(args.extra_body))
 
 
@@ -212,8 +225,6 @@ def _run_list(args: argparse.Namespace) -> int:
 def _run_agent(args: argparse.Namespace) -> int:
     from vllm_station.gates.agent import render, run_battery
 
-    if args.repeats < 1 or args.max_turns < 1:
-        raise UsageError("--repeats and --max-turns must be at least 1")
     tasks = load_agent_tasks(args.tasks, builtin=not args.no_builtin)
     if args.task:
         unknown = sorted(set(args.task) - {t.id for t in tasks})
