@@ -19,6 +19,7 @@ import json
 import shutil
 import ssl
 import statistics
+import subprocess
 import sys
 import time
 from collections import Counter
@@ -59,7 +60,7 @@ COMMON_SIM_ARGS = [
     "--max-model-len",
     "2000000",
 ]  # the 1M-token body must reach the station
-KEY_NAMES = ("alice", "bob", "batch", "limited")
+KEY_NAMES = ("alice", "bob", "batch", "limited", "bench")
 ERROR_BODIES: dict[str, dict[str, str]] = json.loads(ERRORS.read_text())
 
 
@@ -153,6 +154,7 @@ def test_keys_unit_runs_before_nginx_with_credentials_only(env: Env) -> None:
     assert sorted(unit_values(unit, "LoadCredential")) == [
         "key-alice:/run/secrets/gateway/alice",
         "key-batch:/run/secrets/gateway/batch",
+        "key-bench:/run/secrets/gateway/bench",
         "key-bob:/run/secrets/gateway/bob",
         "key-limited:/run/secrets/gateway/limited",
         "upstream-key:/run/secrets/vllm-api-key",
@@ -172,13 +174,11 @@ def test_nginx_conf_balancing_and_streaming_directives(env: Env) -> None:
     rr = env.rendered["round-robin"]["nginxConf"]
     assert "least_conn;" in lc and "least_conn;" not in rr
     assert "hash $http_x_session_id consistent;" in lc
-    assert (
-        lc.count("proxy_buffering off;") == 3
-    )  # one internal location per limits group
-    retries = [ln.strip() for ln in lc.splitlines() if "proxy_next_upstream " in ln]
-    assert set(retries) == {
-        "proxy_next_upstream error timeout;"
-    }  # never non_idempotent
+    # one internal location per limits group: default, batch, bench, limited
+    assert lc.count("proxy_buffering off;") == 4
+    # retries never `non_idempotent`
+    retries = {ln.strip() for ln in lc.splitlines() if "proxy_next_upstream " in ln}
+    assert retries == {"proxy_next_upstream error timeout;"}
     assert "http_authorization" not in lc.split("log_format", 1)[1].split(";", 1)[0]
     assert "proxy_read_timeout 3600s;" in lc and "proxy_read_timeout 2s;" in rr
 
@@ -391,6 +391,44 @@ def test_streams_pass_token_by_token(env: Env) -> None:
     )  # not buffered: tokens arrive ~30 ms apart, not at once
     assert through[-1] - through[1] > 0.4
     assert abs(statistics.median(gaps) - statistics.median(direct_gaps)) < 0.005
+
+
+# ---- the operator's tools through the gateway ---------------------------------------------------
+
+
+def test_station_smoke_and_wait_ready_through_the_gateway(env: Env) -> None:
+    """`station smoke` and `station wait-ready` over https with the CA file and a key file."""
+    key_file = env.work / "alice-key"
+    key_file.write_text(env.keys["alice"] + "\n")
+    common = [
+        "--base-url",
+        env.gw.url,
+        "--ca-file",
+        str(env.gw.ca),
+        "--api-key-file",
+        str(key_file),
+    ]
+    station = [sys.executable, "-m", "vllm_station"]
+    smoke = subprocess.run(
+        [*station, "smoke", *common, "--json"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert smoke.returncode == 0, smoke.stdout[-2000:] + smoke.stderr[-2000:]
+    report = json.loads(smoke.stdout)
+    assert report["result"] == "pass", report
+    assert [c["name"] for c in report["checks"] if c["result"] == "pass"] == [
+        "models", "chat", "tool_call", "tool_call_stream",
+    ]  # fmt: skip
+    ready = subprocess.run(
+        [*station, "wait-ready", *common, "--timeout", "30"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert ready.returncode == 0, ready.stderr[-2000:]
+    without_ca = subprocess.run(
+        [*station, "smoke", *common[:2], "--api-key-file", str(key_file)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert without_ca.returncode != 0  # the test CA is no system CA: https is verified
 
 
 # ---- balancing -----------------------------------------------------------------------------------------

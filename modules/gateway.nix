@@ -212,7 +212,7 @@ let
           if ($vllm_station_key = "") {
             return 401;
           }
-          rewrite ^ ${internalPrefix}/$vllm_station_limits$uri last;
+          rewrite ^ ${internalPrefix}/$vllm_station_limits${path} last;
         '';
       }
     ) cfg.paths

@@ -92,11 +92,16 @@ def nix_env() -> dict[str, str]:
     return env
 
 
-def start_render(ports: Ports, nixos_tree: str) -> subprocess.Popen[str]:
+def start_render(
+    ports: Ports,
+    nixos_tree: str,
+    variants: tuple[str, ...] = ("example", "round-robin"),
+) -> subprocess.Popen[str]:
     """Start the evaluation (it takes ~10-20 s; the caller starts the simulators meanwhile)."""
     return subprocess.Popen(
         ["nix-instantiate", "--eval", "--strict", "--json", str(RENDER),
-         "--argstr", "nixosTree", nixos_tree, "--argstr", "ports", ports.json()],
+         "--argstr", "nixosTree", nixos_tree, "--argstr", "ports", ports.json(),
+         "--argstr", "only", json.dumps(list(variants))],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=nix_env(),
     )  # fmt: skip
 

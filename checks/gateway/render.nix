@@ -5,12 +5,14 @@
 #     --argstr ports '{"gateway":P,"local":P1,"station-b":P2,"station-c":P3}'
 #
 # Result: { <variant> = { nginxConf; keysUnit; nginxPackage; mimeTypes; failed; warnings; }; … }
-# for the variants below. The example is evaluated as it is plus the test-only definitions (each
+# for the variants below (`--argstr only '["example","single"]'` picks others). The example is evaluated as it is plus the test-only definitions (each
 # says why); `round-robin` differs from `example` in `gateway.balancing` (its port and read timeout).
 {
   nixosTree ? builtins.getEnv "NIXOS_TREE",
   system ? builtins.currentSystem,
   ports,
+  # which of `variants` below to evaluate (a JSON list): each costs a NixOS evaluation
+  only ? ''["example", "round-robin"]'',
 }:
 let
   inherit (import ../nixos/eval.nix { inherit nixosTree; }) lib evalExample;
@@ -37,6 +39,15 @@ let
           station-b = null;
           station-c = null;
         };
+        # The benchmark's key (scripts/bench-gateway): limits far above its load, so they never shape it.
+        keys.bench = {
+          file = "/run/secrets/gateway/bench";
+          limits = {
+            rate = "100000r/s";
+            burst = 100000;
+            connections = 4096;
+          };
+        };
         # A key with tiny limits, for the 413 and 429 proofs.
         keys.limited = {
           file = "/run/secrets/gateway/limited";
@@ -62,6 +73,15 @@ let
         services.vllm-station.gateway.readTimeout = 2;
       }
     ];
+    # scripts/bench-gateway: one station behind the gateway (the same simulator as direct).
+    single = [
+      {
+        services.vllm-station.gateway.upstreams = lib.mkForce {
+          local.address = "127.0.0.1:${toString p.local}";
+        };
+        services.vllm-station.gateway.port = lib.mkForce p.gateway-rr; # runs next to `example`
+      }
+    ];
   };
 
   render =
@@ -81,4 +101,4 @@ let
       inherit (config) warnings;
     };
 in
-lib.mapAttrs (_: render) variants
+lib.mapAttrs (_: render) (lib.getAttrs (builtins.fromJSON only) variants)
