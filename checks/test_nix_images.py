@@ -72,8 +72,13 @@ def option_uses() -> dict[str, str]:
             text = src.read_text()
             for regex in _USES:
                 for m in regex.finditer(text):
-                    if not m.group(1).startswith(("services.vllm-station", "system.build")):
-                        found.setdefault(m.group(1), str(src.relative_to(REPO)))
+                    path = m.group(1)
+                    if path.startswith(("services.vllm-station", "system.build")):
+                        continue
+                    # `environment.MPLCONFIGDIR = …` inside a unit: a variable (upper case), not an option
+                    if any(part[0].isupper() for part in path.split(".")):
+                        continue
+                    found.setdefault(path, str(src.relative_to(REPO)))
     return found
 
 
