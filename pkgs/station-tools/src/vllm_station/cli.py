@@ -66,7 +66,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "watchdog": ("watchdog", "restart a wedged engine (health 200, no progress, probes fail) via systemd"),
     "gates": ("gates.cli", "quality gates before go-live: tool-call battery, agent battery, needles"),
     "golive": ("golive", "every gate in order (smoke, tools, agent, needle, bench): one JSON + HTML report"),
-    "gateway": ("gateway", "the gateway's start step: API key files -> the map nginx includes (names logged)"),
+    "gateway": ("gateway", "the gateway's start step: API key files into the map nginx includes"),
 }
 
 
