@@ -78,23 +78,24 @@ _ASK_RE = re.compile(
 )
 
 # ---- the haystack ----------------------------------------------------------------------------------
-FILLER_VERSION = 1  # part of the calibration key: change it when the sentences change
+FILLER_VERSION = 2  # part of the calibration key: change it when the sentences change
+# Every slot has a fixed number of common words, so sentences cost nearly the same tokens everywhere and
+# the calibration's rate holds for a million tokens.
 _SUBJECTS = (
-    "the old sailor", "a quiet engineer", "the village baker", "our new neighbour", "the tired student",
-    "a travelling painter", "the night guard", "the young farmer", "a patient teacher", "the orchestra",
+    "the sailor", "a teacher", "the baker", "our neighbour", "the student", "a painter", "the guard",
+    "the farmer", "a doctor", "the driver",
 )  # fmt: skip
 _VERBS = (
     "carried", "painted", "studied", "repaired", "described", "collected", "measured", "followed",
     "ignored", "admired",
 )  # fmt: skip
 _OBJECTS = (
-    "a wooden boat", "the broken clock", "an empty basket", "the narrow bridge", "a silver lamp",
-    "the winter garden", "an old letter", "the stone wall", "a blue kite", "the morning train",
+    "a boat", "the clock", "a basket", "the bridge", "a lamp", "the garden", "a letter", "the wall",
+    "a kite", "the train",
 )  # fmt: skip
 _PLACES = (
-    "near the river", "behind the market", "under the pale sky", "at the edge of town", "before sunrise",
-    "in the quiet harbour", "along the coast road", "beside the library", "after the long rain",
-    "on the hill",
+    "near the river", "behind the market", "under the sky", "at the edge", "before the sunrise",
+    "in the harbour", "along the road", "beside the library", "after the rain", "on the hill",
 )  # fmt: skip
 _KEY_A = (
     "amber",
@@ -109,6 +110,7 @@ _KEY_A = (
     "distant",
 )
 _KEY_B = ("harbor", "falcon", "meadow", "lantern", "river", "summit", "orchard", "comet", "canyon", "willow")
+UNDERSHOOT = 0.001  # of the target: the first build aims this much short
 PAD_WORD = "the"  # one token in the common BPE and SentencePiece vocabularies
 
 
@@ -162,12 +164,15 @@ class PromptBuilder:
         self.calls = 0
         self.calibration: Calibration | None = None
         self._pool: list[str] = []
-        self._fit: dict[int, tuple[int, int]] = {}  # target -> (sentences, pad words) that hit it last time
+        # (target, needles, question kind) -> (sentences, pad words) that hit it last time
+        self._fit: dict[tuple[int, int, str], tuple[int, int]] = {}
 
-    def count(self, messages: list[dict[str, Any]]) -> int:
-        """POST /tokenize (chat template and generation prompt included): the prompt's token count."""
+    def count(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> int:
+        """POST /tokenize (chat template, tools and generation prompt included): the prompt's token count."""
         self.calls += 1
-        body = {"model": self.model, "messages": messages, "add_generation_prompt": True}
+        body: dict[str, Any] = {"model": self.model, "messages": messages, "add_generation_prompt": True}
+        if tools:
+            body["tools"] = tools
         # ApiClient's JSON POST (timeouts, error mapping, key redaction); /tokenize is vLLM's own endpoint
         obj, _ = self.api._json("POST", "/tokenize", body, self.timeout)
         n = obj.get("count") if isinstance(obj, dict) else None
@@ -217,21 +222,36 @@ class PromptBuilder:
         return self.calibration
 
     def build(
-        self, target: int, needles: Sequence[Needle], depth: float, question: str, *, max_rounds: int = 6
+        self,
+        target: int,
+        needles: Sequence[Needle],
+        depth: float,
+        question: str,
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        max_rounds: int = 6,
     ) -> tuple[list[dict[str, Any]], int]:
         """(messages, their token count): exactly `target` unless the tokenizer makes it impossible."""
         cal = self.calibrate()
-        n = max(0, math.floor((target - cal.overhead) / cal.tokens_per_sentence))
+        # Aim a little short (padding up costs one more call, cutting back two), and shorter still by a
+        # generous guess at what this prompt has beyond the calibration's: more needles, a longer
+        # question, tools in the template.
+        rate = cal.tokens_per_sentence
+        margin = max(2, math.ceil(target * UNDERSHOOT))
+        margin += math.ceil((len(needles) - 1) * 3 * rate) + 2 * max(0, len(question.split()) - 20)
+        margin += len(json.dumps(tools)) // 2 if tools else 0
+        n = max(0, math.floor((target - cal.overhead - margin) / rate))
         pad = 0
-        if target in self._fit:  # another depth or key at a length built before: the same sentences fit
-            n, pad = self._fit[target]
+        shape = (target, len(needles), question.split(" ", 1)[0])
+        if shape in self._fit:  # another depth or key of a prompt built before: the same sentences fit
+            n, pad = self._fit[shape]
         pad_rate = 1.0
         last: tuple[int, int] | None = None  # (pad words, count) of the previous measurement
         for _ in range(max_rounds):
             messages = _messages(self.pool(n), needles, depth, pad, question)
-            got = self.count(messages)
+            got = self.count(messages, tools)
             if got == target:
-                self._fit[target] = (n, pad)
+                self._fit[shape] = (n, pad)
                 return messages, got
             if last is not None and last[0] != pad and last[1] != got:
                 pad_rate = max(0.25, (got - last[1]) / (pad - last[0]))
@@ -245,7 +265,7 @@ class PromptBuilder:
                 n = max(0, n - math.ceil(-diff / cal.tokens_per_sentence) - 1)
                 pad, last = 0, None
         messages = _messages(self.pool(n), needles, depth, pad, question)
-        return messages, self.count(messages)
+        return messages, self.count(messages, tools)
 
 
 def _messages(
@@ -428,12 +448,12 @@ def run_case(api: ApiClient, model: str, builder: PromptBuilder, case: NeedleCas
     question = (TOOL_QUESTION if case.variant == "tool" else QUESTION).format(key=needles[0].key)
     calls_before = builder.calls
     t0 = time.perf_counter()
-    messages, counted = builder.build(case.length, needles, case.depth / 100, question)
+    tools = [RECORD_TOOL] if case.variant == "tool" else None
+    messages, counted = builder.build(case.length, needles, case.depth / 100, question, tools=tools)
     build_s = time.perf_counter() - t0
     room = max(1, max_model_len - counted)
     ask = Sampling(min(sampling.max_tokens, room), sampling.temperature, sampling.seed, sampling.extra)
     chunks: list[ChatChunk] = []
-    tools = [RECORD_TOOL] if case.variant == "tool" else None
     ans = ask_stream(
         api, model, messages, ask, tools=tools, tool_choice="auto" if tools else None, chunks_out=chunks
     )
