@@ -71,7 +71,8 @@ def test_agent_loop_on_tiny_tools(tools_server: Any) -> None:
 @pytest.mark.parametrize(
     ("server", "lengths", "variants"),
     [
-        ("tools_server", "85%", ["single", "multikey"]),  # near the small context: 1,740 of 2,048 tokens
+        # near the small context (1,740 of 2,048 tokens); the tool variant counted with its tool rendered
+        ("tools_server", "85%", ["single", "multikey", "tool"]),
         ("smol_server", "15%", ["single"]),  # SmolLM2's BPE and chat template; its CPU prefill is slow
     ],
 )

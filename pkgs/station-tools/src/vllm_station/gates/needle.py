@@ -159,8 +159,17 @@ class PromptBuilder:
 
     SAMPLE = 400  # sentences in the calibration sample
 
-    def __init__(self, api: ApiClient, model: str, cache: Path | None, seed: int = 0, timeout: float = 600.0):
+    def __init__(
+        self,
+        api: ApiClient,
+        model: str,
+        cache: Path | None,
+        seed: int = 0,
+        timeout: float = 600.0,
+        template_kwargs: dict[str, Any] | None = None,
+    ) -> None:
         self.api, self.model, self.cache, self.seed, self.timeout = api, model, cache, seed, timeout
+        self.template_kwargs = template_kwargs  # the requests' chat_template_kwargs: the same rendering
         self.calls = 0
         self.calibration: Calibration | None = None
         self._pool: list[str] = []
@@ -173,6 +182,8 @@ class PromptBuilder:
         body: dict[str, Any] = {"model": self.model, "messages": messages, "add_generation_prompt": True}
         if tools:
             body["tools"] = tools
+        if self.template_kwargs:
+            body["chat_template_kwargs"] = self.template_kwargs
         # ApiClient's JSON POST (timeouts, error mapping, key redaction); /tokenize is vLLM's own endpoint
         obj, _ = self.api._json("POST", "/tokenize", body, self.timeout)
         n = obj.get("count") if isinstance(obj, dict) else None
@@ -507,7 +518,15 @@ def run_battery(
     seed: int = 0,
     quiet: bool = False,
 ) -> NeedleReport:
-    builder = PromptBuilder(api, model, cache, seed, timeout=api.timeout)
+    kwargs = sampling.extra.get("chat_template_kwargs")
+    builder = PromptBuilder(
+        api,
+        model,
+        cache,
+        seed,
+        timeout=api.timeout,
+        template_kwargs=kwargs if isinstance(kwargs, dict) else None,
+    )
     progress = Progress(len(cases), quiet, "needle ")
     results: list[NeedleResult] = []
     for case in cases:
