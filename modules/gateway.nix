@@ -661,7 +661,8 @@ in
       description = "API keys of the vllm-station gateway, for nginx";
       before = [ "nginx.service" ];
       requiredBy = [ "nginx.service" ];
-      # A restart of nginx (key rotation: `systemctl restart nginx`) reads the keys again first.
+      # A restart of nginx reads the keys again first. Rotation without dropping a connection:
+      # `systemctl restart vllm-station-gateway-keys && systemctl reload nginx`.
       partOf = [ "nginx.service" ];
       serviceConfig = hardening.base // {
         Type = "oneshot";
@@ -671,6 +672,8 @@ in
         Group = nginx.group;
         RuntimeDirectory = lib.removePrefix "/run/" runtimeDir;
         RuntimeDirectoryMode = "0700";
+        # A restart that fails (a bad key file) leaves the last good maps for nginx's next reload.
+        RuntimeDirectoryPreserve = true;
         LoadCredential = credentials;
         ExecStart = keysCommand;
       };

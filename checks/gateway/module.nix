@@ -133,6 +133,7 @@ let
       ]
       ++ h.eq "user" [ u.serviceConfig.User u.serviceConfig.Group ] [ "nginx" "nginx" ]
       ++ h.eq "oneshot" [ u.serviceConfig.Type u.serviceConfig.RemainAfterExit ] [ "oneshot" true ]
+      ++ h.eq "a failed restart keeps the last maps" u.serviceConfig.RuntimeDirectoryPreserve true
       ++ h.eq "credentials" u.serviceConfig.LoadCredential [
         "key-alice:/run/secrets/alice"
         "key-bob:/run/secrets/bob"
