@@ -54,3 +54,38 @@ def test_prefill_exact_prompt_lengths_on_real_vllm(smol_server: Any, tmp_path: P
         assert lv["prompt_tokens"]["min"] == lv["prompt_tokens"]["max"] == n
         assert lv["output_tokens"]["max"] == 1
         assert lv["prefill_tok_s"]["median"] == pytest.approx(n / lv["ttft"]["median"], rel=0.05)
+
+
+def test_replay_a_prompt_file_and_save_the_responses_on_real_vllm(smol_server: Any, tmp_path: Path) -> None:
+    """--prompts (an OpenAI list and a ShareGPT conversation) through vLLM's real chat template, and
+    --save-responses: every saved answer is vLLM's stream, with usage matching the report."""
+    prompts = tmp_path / "coding.jsonl"
+    lines = [
+        [{"role": "system", "content": "You are a terse code reviewer."},
+         {"role": "user", "content": "What does `git rebase -i` do?"}],
+        {"conversations": [{"from": "human", "value": "Write a Python function that adds two numbers."},
+                           {"from": "gpt", "value": "def add(a, b): return a + b"},
+                           {"from": "human", "value": "Now add type hints."}]},
+    ]  # fmt: skip
+    prompts.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    out, saved = tmp_path / "replay.json", tmp_path / "responses"
+    rc = main(
+        [
+            "bench", "sweep", "--base-url", smol_server.base_url, "-c", "1", "--warmup", "0",
+            "--requests", "2", "--output-len", "8", "--timeout", "120", "--prompts", str(prompts),
+            "--save-responses", str(saved), "--json", str(out), "--no-progress", "--expect", "failures==0",
+        ]
+    )  # fmt: skip
+    report = json.loads(out.read_text())
+    assert rc == 0, report["levels"]
+    assert report["prompts"]["formats"] == {"openai": 1, "sharegpt": 1}
+    recs = [json.loads(x) for x in (saved / "c1-repeat1.jsonl").read_text().splitlines()]
+    assert [r["prompt"] for r in recs] == [0, 1]
+    for r in recs:
+        assert r["ok"] and r["status"] == 200 and r["output_tokens"] == 8  # ignore_eos + min_tokens held
+        assert '"usage"' in r["body"] and r["body"].rstrip().endswith("data: [DONE]")
+        assert 0 < r["ttft_s"] <= r["e2e_s"]
+    # two different conversations through the real chat template: two different prompt lengths, each
+    # longer than its words (the template's tokens)
+    assert recs[0]["prompt_tokens"] != recs[1]["prompt_tokens"]
+    assert min(r["prompt_tokens"] for r in recs) > 10

@@ -15,15 +15,21 @@ import argparse
 import asyncio
 import logging
 import os
+import re
+import resource
 import secrets
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
+from vllm_station import argtypes
 from vllm_station.api import load_api_key, split_base_url
+from vllm_station.bench import dataset, outputs
 from vllm_station.bench import expect as expect_mod
-from vllm_station.bench.modes import DEFAULT_LEVELS, BenchOptions, Count, execute
-from vllm_station.bench.report import render_table, to_csv, to_json
-from vllm_station.errors import Unreachable, UsageError
+from vllm_station.bench.modes import DEFAULT_LEVELS, BenchOptions, Count, execute, plan
+from vllm_station.bench.report import BenchReport, render_table, to_csv, to_json
+from vllm_station.errors import EXIT_INTERRUPTED, Unreachable, UsageError
+from vllm_station.redact import redact
 
 log = logging.getLogger("vllm_station.bench")
 
@@ -33,20 +39,74 @@ MODE_DEFAULTS = {  # warmup, requests, repeats, output_len
     "prefill": ("1", "3", 1, 1),
 }
 
+# Ranges, checked when the command line is parsed (exit 2 naming the option and the range). They bound
+# what one run holds in memory: every request's prompt is built and serialised before its level starts
+# (about 10 bytes per prompt token), and every streamed answer is kept until its repeat ends (about
+# 340 bytes per token as vLLM streams them; 33 bytes once parsed).
+MAX_CONCURRENCY = 4096  # connections held open at once (also limited by `ulimit -n`)
+MAX_LEVELS = 32
+MAX_TOKENS = 4 * 1024 * 1024  # --lengths, --input-len: 4096k, beyond any served context
+MAX_OUTPUT_LEN = 1024 * 1024
+MAX_REPEATS = 100
+MAX_COUNT = 100_000  # --warmup/--requests N
+MAX_PER_USER = 1000  # --warmup/--requests Nx
+MAX_TIMEOUT = argtypes.DAY
+MAX_SEED = 2**32 - 1
+# Budgets per level, checked once the plan is known (exit 2 naming the options to lower)
+MAX_LEVEL_REQUESTS = 100_000  # warm-up + measured
+MAX_LEVEL_PROMPT_TOKENS = 2**25  # prompt tokens built for one level: ~340 MB
+MAX_REPEAT_OUTPUT_TOKENS = 2**21  # tokens streamed in one repeat: ~700 MB before parsing
 
-def _int_list(text: str) -> list[int]:
-    out: list[int] = []
-    for part in text.split(","):
-        p = part.strip().lower()
-        if not p:
-            continue
-        try:
-            out.append(int(p[:-1]) * 1024 if p.endswith("k") else int(p))
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{part!r} is not a number (e.g. 1,8,32 or 8k,32k)") from None
-    if not out or min(out) < 1:
-        raise argparse.ArgumentTypeError("give positive numbers, e.g. 1,8,16,32")
-    return out
+
+_INT = re.compile(r"[-+]?[0-9]{1,15}")
+
+
+def _int_list(hi: int, *, k: bool) -> Callable[[str], list[int]]:
+    """`1,8,32` (or with `k`: `8k,32k` = ×1024): 1…hi each, at most MAX_LEVELS of them."""
+    top = f"{hi // 1024}k" if k and hi % 1024 == 0 else f"{hi:,}"
+    eg = "8k,32k" if k else "1,8,32"
+
+    def conv(text: str) -> list[int]:
+        out: list[int] = []
+        for part in text.split(","):
+            p = part.strip().lower()
+            if not p:
+                continue
+            mult = 1024 if k and p.endswith("k") else 1
+            digits = p[:-1] if mult > 1 else p
+            if not _INT.fullmatch(digits) or not 1 <= int(digits) * mult <= hi:
+                raise argparse.ArgumentTypeError(
+                    f"must be whole numbers from 1 to {top} (e.g. {eg}), got {part.strip()!r}"
+                )
+            out.append(int(digits) * mult)
+        if not out:
+            raise argparse.ArgumentTypeError(
+                f"must be whole numbers from 1 to {top} (e.g. {eg}), got {text!r}"
+            )
+        if len(out) > MAX_LEVELS:
+            raise argparse.ArgumentTypeError(f"must be at most {MAX_LEVELS} values, got {len(out)}")
+        return out
+
+    return conv
+
+
+def _count(lo: int) -> Callable[[str], str]:
+    """`N` (lo…MAX_COUNT) or `Nx` (× concurrency, lo…MAX_PER_USER); the checked text (options() makes
+    it a `Count`)."""
+
+    def conv(text: str) -> str:
+        t = text.strip().lower()
+        per_user = t.endswith("x")
+        digits = t[:-1] if per_user else t
+        hi = MAX_PER_USER if per_user else MAX_COUNT
+        if not _INT.fullmatch(digits) or not lo <= int(digits) <= hi:
+            raise argparse.ArgumentTypeError(
+                f"must be a count from {lo} to {MAX_COUNT:,}, or {lo}x to {MAX_PER_USER:,}x (× concurrency), "
+                f"got {text!r}"
+            )
+        return f"{int(digits)}{'x' if per_user else ''}"
+
+    return conv
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -67,44 +127,51 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--concurrency",
         "-c",
-        type=_int_list,
+        type=_int_list(MAX_CONCURRENCY, k=False),
         default=None,
-        help="sweep/burst: concurrency levels (default sweep 1,8,16,32,64,128,256; burst 1,32,256); "
-        "prefill: requests in flight (default 1)",
+        help=f"sweep/burst: concurrency levels, 1…{MAX_CONCURRENCY} each (default sweep "
+        "1,8,16,32,64,128,256; burst 1,32,256); prefill: requests in flight (default 1)",
     )
     parser.add_argument(
         "--lengths",
-        type=_int_list,
+        type=_int_list(MAX_TOKENS, k=True),
         default=None,
-        help="prefill: prompt lengths in tokens (default 8k,32k,128k; k = 1024)",
+        help="prefill: prompt lengths in tokens, 1…4096k each (default 8k,32k,128k; k = 1024)",
     )
     parser.add_argument(
         "--warmup",
+        type=_count(0),
         default=None,
-        help="warm-up requests per level, N or Nx (× concurrency); burst: warm-up bursts "
-        "(defaults: sweep 1x, burst 1, prefill 1)",
+        help=f"warm-up requests per level, N (0…{MAX_COUNT}) or Nx (× concurrency, up to "
+        f"{MAX_PER_USER}x); burst: warm-up bursts (defaults: sweep 1x, burst 1, prefill 1)",
     )
     parser.add_argument(
         "--requests",
         "-n",
+        type=_count(1),
         default=None,
-        help="measured requests per repeat, N or Nx (defaults: sweep 4x, prefill 3; burst = C)",
+        help=f"measured requests per repeat, N (1…{MAX_COUNT}) or Nx (defaults: sweep 4x, prefill 3; "
+        "burst = C)",
     )
     parser.add_argument(
         "--repeats",
         "-r",
-        type=int,
+        type=argtypes.count(hi=MAX_REPEATS),
         default=None,
-        help="measured repeats per level (defaults: sweep 1, burst 3, prefill 1)",
+        help=f"measured repeats per level, 1…{MAX_REPEATS} (defaults: sweep 1, burst 3, prefill 1)",
     )
     parser.add_argument(
-        "--input-len", type=int, default=128, help="prompt tokens for sweep/burst (default 128)"
+        "--input-len",
+        type=argtypes.count(hi=MAX_TOKENS),
+        default=None,
+        help=f"prompt tokens for sweep/burst (default 128; 1…{MAX_TOKENS})",
     )
     parser.add_argument(
         "--output-len",
-        type=int,
+        type=argtypes.count(hi=MAX_OUTPUT_LEN),
         default=None,
-        help="output tokens, fixed with ignore_eos + min_tokens (default 256; prefill 1)",
+        help=f"output tokens, fixed with ignore_eos + min_tokens (default 256; prefill 1; "
+        f"1…{MAX_OUTPUT_LEN})",
     )
     parser.add_argument(
         "--no-ignore-eos",
@@ -112,9 +179,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="let the model stop early (for servers without vLLM's ignore_eos/min_tokens); "
         "output length is then not verified",
     )
-    parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument(
-        "--timeout", type=float, default=600.0, help="per-request limit in seconds (default 600)"
+        "--temperature",
+        type=argtypes.number(float, lo=0.0, hi=2.0),
+        default=0.0,
+        help="sampling temperature, 0…2 (default 0)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=argtypes.seconds(hi=MAX_TIMEOUT),
+        default=600.0,
+        help=f"per-request limit in seconds (default 600; up to {MAX_TIMEOUT:g})",
     )
     parser.add_argument(
         "--tokenizer",
@@ -123,13 +198,21 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="local tokenizer dir for exact prompt lengths when the server has no /tokenize",
     )
     parser.add_argument(
+        "--prompts",
+        type=Path,
+        default=None,
+        metavar="FILE.jsonl",
+        help="sweep/burst: replay these prompts (one OpenAI messages list, or ShareGPT conversation, "
+        "per line) instead of generated ones; see docs/bench.md",
+    )
+    parser.add_argument(
         "--scrape-metrics",
         action="store_true",
         help="read the server's /metrics before, during and after each level",
     )
     parser.add_argument(
         "--seed",
-        type=int,
+        type=argtypes.count(lo=0, hi=MAX_SEED),
         default=None,
         help="prompt seed (default: a fresh one per run, recorded in the report; with a fixed seed a "
         "second run repeats the same prompts and the server's prefix cache answers part of them)",
@@ -142,6 +225,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--plots", type=Path, default=None, help="write PNG plots into this directory")
     parser.add_argument(
+        "--save-responses",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="keep every raw response with its timings: one JSONL file per level and phase in DIR",
+    )
+    parser.add_argument(
         "--expect",
         action="append",
         default=[],
@@ -151,12 +241,69 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress display on stderr")
 
 
+def _check_budgets(opts: BenchOptions) -> None:
+    """What one level holds in memory, from the plan: a usage error naming the options to lower."""
+    for lv in plan(opts):
+        n = lv.warmup + lv.per_repeat * opts.repeats
+        if n > MAX_LEVEL_REQUESTS:
+            raise UsageError(
+                f"{lv.name}: {n:,} requests (warm-up + --requests × --repeats); at most "
+                f"{MAX_LEVEL_REQUESTS:,} per level: lower --warmup, --requests or --repeats"
+            )
+        if lv.prompt_tokens is not None and n * lv.prompt_tokens > MAX_LEVEL_PROMPT_TOKENS:
+            what = "--lengths" if opts.mode == "prefill" else "--input-len"
+            raise UsageError(
+                f"{lv.name}: {n:,} prompts × {lv.prompt_tokens:,} tokens is more than "
+                f"{MAX_LEVEL_PROMPT_TOKENS:,} prompt tokens per level: lower {what}, --warmup, --requests "
+                "or --repeats"
+            )
+        if lv.per_repeat * lv.output_tokens > MAX_REPEAT_OUTPUT_TOKENS:
+            raise UsageError(
+                f"{lv.name}: {lv.per_repeat:,} requests × {lv.output_tokens:,} output tokens in one repeat "
+                f"is more than {MAX_REPEAT_OUTPUT_TOKENS:,}: lower --output-len or --requests"
+            )
+
+
+def _check_connections(max_concurrency: int) -> None:
+    """Enough file descriptors for the connections (raising the soft limit up to the hard one)."""
+    need = max_concurrency + 64
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return
+    if hard == resource.RLIM_INFINITY or hard >= need:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+        return
+    raise UsageError(
+        f"--concurrency {max_concurrency} needs {need} open files; this process may open {hard} "
+        "(raise `ulimit -n`, or lower --concurrency)"
+    )
+
+
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Every output can be written: before the first request, not after the run."""
+    if args.json_out and args.json_out != "-":
+        outputs.check_file("--json", Path(args.json_out))
+    if args.csv_out is not None:
+        outputs.check_file("--csv", args.csv_out)
+    if args.plots is not None:
+        outputs.check_dir("--plots", args.plots)
+        outputs.check_plots_backend()
+    if args.save_responses is not None:
+        outputs.check_dir("--save-responses", args.save_responses)
+    if args.prompts is not None:
+        for option, out in (("--json", args.json_out), ("--csv", args.csv_out)):
+            if out and out != "-" and Path(out).exists() and Path(out).resolve() == args.prompts.resolve():
+                raise UsageError(f"{option} {out} is the --prompts file: it would be overwritten")
+
+
 def options(args: argparse.Namespace) -> BenchOptions:
     mode: str = args.mode
     d_warm, d_req, d_rep, d_out = MODE_DEFAULTS[mode]
     if mode == "prefill":
         if args.concurrency is not None and len(args.concurrency) != 1:
             raise UsageError("prefill: --concurrency takes one number (requests in flight)")
+        if args.prompts is not None:
+            raise UsageError("--prompts is for sweep and burst; prefill builds prompts of --lengths tokens")
         levels = args.lengths or DEFAULT_LEVELS["prefill"]
         conc = args.concurrency[0] if args.concurrency else 1
     else:
@@ -164,9 +311,10 @@ def options(args: argparse.Namespace) -> BenchOptions:
             raise UsageError(f"--lengths is for prefill mode; {mode} takes --concurrency")
         levels = args.concurrency or DEFAULT_LEVELS[mode]
         conc = 1
-    repeats = args.repeats if args.repeats is not None else d_rep
-    if repeats < 1:
-        raise UsageError("--repeats must be at least 1")
+    if args.prompts is not None and args.input_len is not None:
+        raise UsageError(
+            "--input-len and --prompts exclude each other: the file's prompts have their own length"
+        )
     opts = BenchOptions(
         mode=mode,
         base_url=split_base_url(args.base_url)[0],
@@ -175,9 +323,9 @@ def options(args: argparse.Namespace) -> BenchOptions:
         levels=levels,
         warmup=Count.parse(args.warmup or d_warm),
         requests=Count.parse(args.requests or d_req),
-        repeats=repeats,
+        repeats=args.repeats if args.repeats is not None else d_rep,
         concurrency=conc,
-        input_len=args.input_len,
+        input_len=args.input_len if args.input_len is not None else 128,
         output_len=args.output_len if args.output_len is not None else d_out,
         ignore_eos=not args.no_ignore_eos,
         temperature=args.temperature,
@@ -187,29 +335,52 @@ def options(args: argparse.Namespace) -> BenchOptions:
         seed=args.seed if args.seed is not None else secrets.randbits(31),
         progress=not args.no_progress,
         expectations=expect_mod.parse(args.expect),
+        prompts_file=args.prompts,
+        save_responses=args.save_responses,
     )
-    if opts.requests.resolve(1) < 1:
-        raise UsageError("--requests must be at least 1")
     expect_mod.check_levels(opts.expectations, opts.level_names())
+    _check_budgets(opts)
+    _check_connections(max(lv.concurrency for lv in plan(opts)))
     return opts
+
+
+def write_outputs(args: argparse.Namespace, report: BenchReport) -> None:
+    """The table, and every requested output; all of them even when one fails (then: an error)."""
+    to_stdout = args.json_out == "-"
+    json_text = redact(to_json(report))
+    written = outputs.Written()
+    if args.json_out and not to_stdout:
+        outputs.write_file(Path(args.json_out), json_text, written, "--json")
+    if args.csv_out:
+        outputs.write_file(args.csv_out, redact(to_csv(report)), written, "--csv")
+    if args.plots:
+        from vllm_station.bench.plots import write_plots
+
+        try:
+            for p in write_plots(report, args.plots):
+                log.info("wrote %s", p)
+        except OSError as exc:
+            written.failed.append(f"--plots {args.plots}: {exc.strerror or exc}")
+    print(redact(render_table(report)), file=sys.stderr if to_stdout else sys.stdout)
+    if to_stdout:
+        sys.stdout.write(json_text)
+    if written.failed:
+        outputs.rescue(json_text, written)
 
 
 def run(args: argparse.Namespace) -> int:
     opts = options(args)
-    report = asyncio.run(execute(opts))
-    to_stdout = args.json_out == "-"
-    if args.json_out and not to_stdout:
-        Path(args.json_out).write_text(to_json(report))
-    if args.csv_out:
-        args.csv_out.write_text(to_csv(report))
-    if args.plots:
-        from vllm_station.bench.plots import write_plots
-
-        for p in write_plots(report, args.plots):
-            log.info("wrote %s", p)
-    print(render_table(report), file=sys.stderr if to_stdout else sys.stdout)
-    if to_stdout:
-        sys.stdout.write(to_json(report))
+    _check_outputs(args)
+    prompt_file = dataset.load(opts.prompts_file) if opts.prompts_file is not None else None
+    report = asyncio.run(execute(opts, prompt_file))
+    write_outputs(args, report)
+    if report.partial:
+        print(
+            f"station bench: interrupted during {report.interrupted_during}; "
+            "the outputs hold the levels that finished",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
     if report.levels and all(lv.ok == 0 for lv in report.levels):
         if all(set(lv.failures) == {"connect"} for lv in report.levels):
             raise Unreachable(f"{opts.base_url}: no request could connect; is the server up?")

@@ -10,15 +10,43 @@ batch (parse.py). Auxiliary calls (/v1/models, /tokenize, /metrics) use aiohttp 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 
 from vllm_station.bench.wire import RawResult, WireClient
 
-__all__ = ["BenchClient", "RawResult", "run_burst", "run_closed_loop"]
+__all__ = ["BenchClient", "Fetched", "RawResult", "run_burst", "run_closed_loop"]
+
+AUX_MAX_BYTES = 64 * 1024 * 1024  # /tokenize of a 4M-token prompt is ~30 MB; /metrics is a few hundred KB
+
+
+@dataclass
+class Fetched:
+    """An auxiliary answer, read up to a limit (`truncated`: there was more)."""
+
+    status: int
+    reason: str
+    content_type: str
+    retry_after: str | None
+    body: bytes
+    truncated: bool
+
+
+async def _read_limited(resp: aiohttp.ClientResponse, limit: int) -> tuple[bytes, bool]:
+    data = await resp.content.read(limit + 1) if limit >= 0 else b""
+    chunks = [data]
+    total = len(data)
+    while data and total <= limit:  # read() may return less than asked before the end
+        data = await resp.content.read(limit + 1 - total)
+        chunks.append(data)
+        total += len(data)
+    body = b"".join(chunks)
+    return body[:limit], len(body) > limit
 
 
 class BenchClient:
@@ -32,6 +60,7 @@ class BenchClient:
         max_concurrency: int,
         timeout: float,
         path: str = "/v1/chat/completions",
+        max_body: int | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
@@ -40,7 +69,7 @@ class BenchClient:
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
         self.headers = headers
-        self.wire = WireClient(self.base_url, path, headers, timeout)
+        self.wire = WireClient(self.base_url, path, headers, timeout, max_body=max_body)
         self._session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> BenchClient:
@@ -68,27 +97,46 @@ class BenchClient:
     async def request(self, index: int, wire: bytes, t_sched: float) -> RawResult:
         return await self.wire.request(index, wire, t_sched)
 
-    async def get_json(self, path: str, timeout: float = 10.0) -> Any:
+    async def get_bytes(self, path: str, timeout: float = 10.0, limit: int = AUX_MAX_BYTES) -> Fetched:
+        """GET `path`: status, headers and at most `limit` bytes of the body; raises only for transport
+        failures (aiohttp.ClientError, TimeoutError)."""
         async with self.session.get(
             self.base_url + path, timeout=aiohttp.ClientTimeout(total=timeout)
         ) as resp:
-            resp.raise_for_status()
-            return await resp.json(content_type=None)
+            body, truncated = await _read_limited(resp, limit)
+            return Fetched(
+                status=resp.status,
+                reason=resp.reason or "",
+                content_type=resp.headers.get("Content-Type", ""),
+                retry_after=resp.headers.get("Retry-After"),
+                body=body,
+                truncated=truncated,
+            )
 
     async def post_json(self, path: str, payload: dict[str, Any], timeout: float = 60.0) -> tuple[int, Any]:
+        """POST JSON; (status, the decoded answer) — None for an answer that is not 200, not JSON or
+        larger than `AUX_MAX_BYTES`."""
         async with self.session.post(
             self.base_url + path, json=payload, timeout=aiohttp.ClientTimeout(total=timeout)
         ) as resp:
             if resp.status != 200:
                 return resp.status, None
-            return resp.status, await resp.json(content_type=None)
+            body, truncated = await _read_limited(resp, AUX_MAX_BYTES)
+        if truncated:
+            return resp.status, None
+        try:
+            return resp.status, json.loads(body)
+        except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+            return resp.status, None
 
     async def get_text(self, path: str, timeout: float = 10.0) -> str:
-        async with self.session.get(
-            self.base_url + path, timeout=aiohttp.ClientTimeout(total=timeout)
-        ) as resp:
-            resp.raise_for_status()
-            return await resp.text()
+        """GET `path` as text (at most `AUX_MAX_BYTES`); a status other than 200 raises."""
+        got = await self.get_bytes(path, timeout)
+        if got.status != 200 or got.truncated:
+            raise aiohttp.ClientError(
+                f"{path}: HTTP {got.status}" + (" (too large)" if got.truncated else "")
+            )
+        return got.body.decode("utf-8", errors="replace")
 
 
 async def run_closed_loop(

@@ -1,8 +1,12 @@
 """The three modes as one plan of levels: sweep (closed loop), burst (all together), prefill (long prompts).
 
-A level is: build distinct prompts (exact token counts where a tokenizer is available) → warm-up requests
-(not measured) → R measured repeats → parse and summarise. Python's garbage collector is paused inside
-each measured repeat (and run between them) so a collection cannot land in the middle of a token stream.
+A level is: build distinct prompts (exact token counts where a tokenizer is available), or take the next
+ones of a `--prompts` file → warm-up requests (not measured) → R measured repeats → parse and summarise.
+Python's garbage collector is paused inside each measured repeat (and run between them) so a collection
+cannot land in the middle of a token stream.
+
+Ctrl-C (asyncio cancels the run) ends the run after the phase in flight is dropped: the report keeps the
+levels that finished, and the finished repeats of the level in flight, and says `partial: true`.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import logging
 import platform
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,12 +28,15 @@ from typing import Any
 import aiohttp
 
 from vllm_station.api.client import STATUS_HINTS
+from vllm_station.api.sse import excerpt
 from vllm_station.bench import expect as expect_mod
 from vllm_station.bench import prompts
 from vllm_station.bench.client import BenchClient, RawResult, run_burst, run_closed_loop
+from vllm_station.bench.dataset import Messages, PromptFile
 from vllm_station.bench.metrics import LevelReport, summarise_level
 from vllm_station.bench.parse import RequestResult, parse
 from vllm_station.bench.report import BenchReport
+from vllm_station.bench.responses import ResponseLog, clock
 from vllm_station.bench.scrape import Scraper
 from vllm_station.errors import StationError, Unreachable, UsageError
 
@@ -90,6 +97,8 @@ class BenchOptions:
     seed: int = 0
     progress: bool = True
     expectations: list[expect_mod.Expectation] = field(default_factory=list)
+    prompts_file: Path | None = None  # the prompts themselves are passed to execute()
+    save_responses: Path | None = None
 
     def level_names(self) -> list[str]:
         return [("p" if self.mode == "prefill" else "c") + str(v) for v in self.levels]
@@ -138,11 +147,26 @@ class Progress:
         if self.enabled:
             print(("\r\x1b[K" if self.tty else "") + self._line(), file=sys.stderr, flush=True)
 
+    @contextlib.asynccontextmanager
+    async def phase(self, label: str, total: int) -> AsyncIterator[None]:
+        """`begin` … `end`; on Ctrl-C (cancellation) the redraw stops without waiting for anything."""
+        self.begin(label, total)
+        try:
+            yield
+        except BaseException:
+            if self._task is not None:
+                self._task.cancel()
+                self._task = None
+            if self.enabled:
+                print(("\r\x1b[K" if self.tty else "") + self._line() + " (interrupted)", file=sys.stderr)
+            raise
+        await self.end()
 
-def _body(opts: BenchOptions, model: str, text: str, max_tokens: int) -> bytes:
+
+def _body(opts: BenchOptions, model: str, messages: Messages, max_tokens: int) -> bytes:
     b: dict[str, Any] = {
         "model": model,
-        "messages": prompts.messages_for(text),
+        "messages": messages,
         "stream": True,
         "stream_options": {"include_usage": True},
         "max_tokens": max_tokens,
@@ -155,22 +179,61 @@ def _body(opts: BenchOptions, model: str, text: str, max_tokens: int) -> bytes:
     return json.dumps(b, separators=(",", ":")).encode()
 
 
+MODELS_MAX_BYTES = 4 * 1024 * 1024  # a /v1/models answer larger than this is not a model list
+RATE_HINT = "rate limited: the server or a gateway refuses more requests now; wait and retry"
+
+
+def _not_a_list(url: str, why: str) -> StationError:
+    return StationError(
+        f"{url}: {why}, not an OpenAI model list — is --base-url the server's root or its /v1 URL? "
+        "(or pass --model to skip discovery)"
+    )
+
+
 async def _discover_model(client: BenchClient) -> str:
+    """The first model of `/v1/models`. Answers that are not a model list are errors (exit 1) that say
+    what came back; only a server that cannot be reached at all is `Unreachable` (exit 3)."""
+    url = f"{client.base_url}/v1/models"
     try:
-        data = await client.get_json("/v1/models", timeout=15.0)
+        got = await client.get_bytes("/v1/models", timeout=15.0, limit=MODELS_MAX_BYTES)
     except aiohttp.ClientConnectorError as err:
         raise Unreachable(f"{client.base_url}: cannot connect ({err.os_error}); is the server up?") from None
-    except aiohttp.ClientResponseError as err:  # it answered: not unreachable (a 401 is the key)
-        hint = STATUS_HINTS.get(err.status, "pass --model to skip discovery")
-        raise StationError(f"{client.base_url}/v1/models: HTTP {err.status} {err.message} — {hint}") from None
     except (aiohttp.ClientError, TimeoutError) as err:
         raise Unreachable(
-            f"{client.base_url}/v1/models failed: {err}; pass --model to skip discovery"
+            f"{url} failed: {excerpt(str(err) or type(err).__name__, 200)}; pass --model to skip discovery"
         ) from None
+    if got.status != 200:  # it answered: not unreachable (a 401 is the key, a 429 the rate)
+        hint = STATUS_HINTS.get(got.status) or (RATE_HINT if got.status == 429 else "")
+        if got.status == 429 and got.retry_after:
+            hint += f" (Retry-After: {excerpt(got.retry_after, 40)})"
+        reason = excerpt(got.reason, 80)
+        body = excerpt(got.body.decode("utf-8", errors="replace"), 200)
+        raise StationError(
+            f"{url}: HTTP {got.status} {reason}"
+            + (f": {body}" if body else "")
+            + f" — {hint or 'pass --model to skip discovery'}"
+        )
+    if got.truncated:
+        raise _not_a_list(url, f"an answer larger than {MODELS_MAX_BYTES:,} bytes")
     try:
-        return str(data["data"][0]["id"])
-    except (KeyError, IndexError, TypeError):
-        raise StationError(f"{client.base_url}/v1/models lists no model; pass --model") from None
+        text = got.body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _not_a_list(url, f"an answer that is not UTF-8 (byte {exc.start})") from None
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        kind = got.content_type or "no content type"
+        raise _not_a_list(url, f"a {kind} answer that is not JSON ({excerpt(text, 80)!r})") from None
+    entries = data.get("data") if isinstance(data, dict) else None
+    if not isinstance(entries, list):
+        raise _not_a_list(url, 'a JSON answer without a "data" list')
+    if not entries:
+        raise StationError(f"{url} lists no model; pass --model")
+    first = entries[0]
+    model_id = first.get("id") if isinstance(first, dict) else None
+    if not isinstance(model_id, str) or not model_id.strip():
+        raise _not_a_list(url, 'a "data" list whose first entry has no string "id"')
+    return model_id
 
 
 async def _counter(
@@ -183,11 +246,14 @@ async def _counter(
         if status != 200 or not isinstance(data, dict):
             return None
         c = data.get("count")
-        return int(c) if isinstance(c, int) else len(data.get("tokens") or [])
+        if isinstance(c, int) and not isinstance(c, bool):
+            return c
+        tokens = data.get("tokens")
+        return len(tokens) if isinstance(tokens, list) else None
 
     try:
         probe = await server_count(prompts.messages_for("hello world"))
-    except (aiohttp.ClientError, TimeoutError):
+    except (aiohttp.ClientError, TimeoutError, ValueError):
         probe = None
     if probe is not None:
         return server_count, "server /tokenize"
@@ -200,7 +266,7 @@ async def _counter(
 class _Level:
     name: str
     concurrency: int
-    prompt_tokens: int
+    prompt_tokens: int | None  # None: prompts from a file
     output_tokens: int
     warmup: int
     per_repeat: int
@@ -209,20 +275,19 @@ class _Level:
 
 def plan(opts: BenchOptions) -> list[_Level]:
     out: list[_Level] = []
+    input_len = None if opts.prompts_file is not None else opts.input_len
     for v in opts.levels:
         if opts.mode == "prefill":
             c = opts.concurrency
             out.append(_Level(f"p{v}", c, v, 1, opts.warmup.resolve(c), opts.requests.resolve(c), False))
         elif opts.mode == "burst":
-            out.append(
-                _Level(f"c{v}", v, opts.input_len, opts.output_len, opts.warmup.resolve(1) * v, v, True)
-            )
+            out.append(_Level(f"c{v}", v, input_len, opts.output_len, opts.warmup.resolve(1) * v, v, True))
         else:
             out.append(
                 _Level(
                     f"c{v}",
                     v,
-                    opts.input_len,
+                    input_len,
                     opts.output_len,
                     opts.warmup.resolve(v),
                     opts.requests.resolve(v),
@@ -232,7 +297,76 @@ def plan(opts: BenchOptions) -> list[_Level]:
     return out
 
 
-Runner = Callable[[list[bytes]], Awaitable[list[RawResult]]]
+@dataclass
+class _FilePrompts:
+    """The `--prompts` set, taken in file order across the whole run, wrapping around at its end."""
+
+    source: PromptFile
+    cursor: int = 0
+    sent: int = 0
+
+    def take(self, n: int) -> list[int]:
+        size = len(self.source.prompts)
+        ids = [(self.cursor + i) % size for i in range(n)]
+        self.cursor = (self.cursor + n) % size
+        self.sent += n
+        return ids
+
+    def info(self) -> dict[str, Any]:
+        size = len(self.source.prompts)
+        return {
+            "counted_by": "none (prompts from a file; the metrics use the server's usage.prompt_tokens)",
+            "exact": False,
+            "verified_per_level": 0,
+            "file": str(self.source.path),
+            "file_prompts": size,
+            "formats": dict(self.source.formats),
+            "requests_sent": self.sent,
+            "max_uses_per_prompt": -(-self.sent // size) if self.sent else 0,
+        }
+
+
+@dataclass
+class _LevelState:
+    """What a level has done so far: read after Ctrl-C to keep its finished repeats."""
+
+    phase: str = "prompts"
+    repeats: list[list[RequestResult]] = field(default_factory=list)
+
+
+async def _prepare(
+    client: BenchClient,
+    opts: BenchOptions,
+    model: str,
+    lv: _Level,
+    counter: prompts.Counter | None,
+    counted_by: str,
+    file_prompts: _FilePrompts | None,
+) -> tuple[list[bytes], list[int] | None, dict[str, Any]]:
+    """The wire bytes of every request of the level, the prompt ids (file prompts) and the prompt info."""
+    n = lv.warmup + lv.per_repeat * opts.repeats
+    if file_prompts is not None:
+        ids = file_prompts.take(n)
+        cache: dict[int, bytes] = {}  # a prompt used twice is one bytes object
+        bodies: list[bytes] = []
+        for i in ids:
+            if i not in cache:
+                messages = file_prompts.source.prompts[i]
+                cache[i] = client.encode(_body(opts, model, messages, lv.output_tokens))
+            bodies.append(cache[i])
+        return bodies, ids, file_prompts.info()
+    assert lv.prompt_tokens is not None
+    ps = await prompts.build(
+        n,
+        lv.prompt_tokens,
+        counter,
+        counted_by,
+        seed=opts.seed * 7919 + lv.concurrency,
+        verify=3 if opts.mode != "prefill" else n,
+    )
+    bodies = [client.encode(_body(opts, model, prompts.messages_for(t), lv.output_tokens)) for t in ps.texts]
+    info = {"counted_by": ps.counted_by, "exact": ps.exact, "verified_per_level": ps.verified}
+    return bodies, None, info
 
 
 async def _run_level(
@@ -243,51 +377,73 @@ async def _run_level(
     counter: prompts.Counter | None,
     counted_by: str,
     progress: Progress,
-) -> tuple[LevelReport, prompts.PromptSet]:
-    n_measured = lv.per_repeat * opts.repeats
-    ps = await prompts.build(
-        lv.warmup + n_measured,
-        lv.prompt_tokens,
-        counter,
-        counted_by,
-        seed=opts.seed * 7919 + lv.concurrency,
-        verify=3 if opts.mode != "prefill" else lv.warmup + n_measured,
-    )
-    bodies = [client.encode(_body(opts, model, t, lv.output_tokens)) for t in ps.texts]
+    state: _LevelState,
+    file_prompts: _FilePrompts | None,
+    responses: ResponseLog | None,
+) -> tuple[LevelReport, dict[str, Any]]:
+    bodies, prompt_ids, info = await _prepare(client, opts, model, lv, counter, counted_by, file_prompts)
     expected = lv.output_tokens if opts.ignore_eos else None
 
     async def go(batch: list[bytes]) -> list[RawResult]:
         if lv.burst:
             out: list[RawResult] = []
             for i in range(0, len(batch), lv.concurrency):
-                out.extend(await run_burst(client, batch[i : i + lv.concurrency], progress.on_done))
+                part = await run_burst(client, batch[i : i + lv.concurrency], progress.on_done)
+                for r in part:
+                    r.index += i
+                out.extend(part)
             return out
         return await run_closed_loop(client, batch, lv.concurrency, progress.on_done)
 
+    def save(
+        phase: str, start: int, raws: list[RawResult], parsed: list[RequestResult], t0: tuple[float, float]
+    ) -> None:
+        if responses is not None:
+            ids = prompt_ids[start : start + len(raws)] if prompt_ids is not None else None
+            responses.write_phase(lv.name, phase, raws, parsed, ids, t0)
+
+    state.phase = "warm-up"
     await client.warm(lv.concurrency)
     if lv.warmup:
-        progress.begin(f"{lv.name} warm-up", lv.warmup)
-        await go(bodies[: lv.warmup])
-        await progress.end()
+        t0 = clock()
+        async with progress.phase(f"{lv.name} warm-up", lv.warmup):
+            raws = await go(bodies[: lv.warmup])
+        if responses is not None:
+            save("warmup", 0, raws, [parse(x, expected) for x in raws], t0)
+        del raws
     scraper = Scraper(client, opts.scrape_interval) if opts.scrape else None
-    if scraper is not None:
-        await scraper.start()
-    repeats: list[list[RequestResult]] = []
-    for r in range(opts.repeats):
-        start = lv.warmup + r * lv.per_repeat
-        batch = bodies[start : start + lv.per_repeat]
-        await client.warm(lv.concurrency)  # no TCP handshake inside a measured TTFT
-        gc.collect()
-        gc.disable()
-        progress.begin(f"{lv.name} repeat {r + 1}/{opts.repeats}", len(batch))
-        try:
-            raws = await go(batch)
-        finally:
-            gc.enable()
-        await progress.end()
-        repeats.append([parse(x, expected) for x in raws])
-    server = await scraper.stop() if scraper is not None else None
-    report = summarise_level(
+    try:
+        if scraper is not None:
+            await scraper.start()
+        for r in range(opts.repeats):
+            state.phase = f"repeat {r + 1}/{opts.repeats}"
+            start = lv.warmup + r * lv.per_repeat
+            batch = bodies[start : start + lv.per_repeat]
+            await client.warm(lv.concurrency)  # no TCP handshake inside a measured TTFT
+            gc.collect()
+            t0 = clock()
+            async with progress.phase(f"{lv.name} repeat {r + 1}/{opts.repeats}", len(batch)):
+                gc.disable()
+                try:
+                    raws = await go(batch)
+                finally:
+                    gc.enable()
+            parsed = [parse(x, expected) for x in raws]
+            save(f"repeat{r + 1}", start, raws, parsed, t0)
+            del raws
+            state.repeats.append(parsed)
+        state.phase = "scrape"
+        server = await scraper.stop() if scraper is not None else None
+    finally:
+        if scraper is not None:
+            scraper.cancel()
+    report = _summarise(opts, lv, state.repeats)
+    report.server = server
+    return report, info
+
+
+def _summarise(opts: BenchOptions, lv: _Level, repeats: list[list[RequestResult]]) -> LevelReport:
+    return summarise_level(
         lv.name,
         opts.mode,
         lv.concurrency,
@@ -295,40 +451,76 @@ async def _run_level(
         lv.output_tokens if opts.ignore_eos else None,
         repeats,
     )
-    report.server = server
-    return report, ps
 
 
-async def execute(opts: BenchOptions) -> BenchReport:
+async def execute(opts: BenchOptions, prompt_file: PromptFile | None = None) -> BenchReport:
     started = dt.datetime.now(dt.UTC)
     levels_plan = plan(opts)
     max_c = max(lv.concurrency for lv in levels_plan)
     progress = Progress(opts.progress)
     notes: list[str] = []
     prompt_info: dict[str, Any] = {}
+    file_prompts = _FilePrompts(prompt_file) if prompt_file is not None else None
+    responses = ResponseLog(opts.save_responses) if opts.save_responses is not None else None
+    if responses is not None:
+        responses.open()
+        if responses.error is not None:
+            raise UsageError(responses.error)
+    levels: list[LevelReport] = []
+    interrupted: str | None = None
     async with BenchClient(
-        opts.base_url, api_key=opts.api_key, max_concurrency=max_c, timeout=opts.timeout
+        opts.base_url,
+        api_key=opts.api_key,
+        max_concurrency=max_c,
+        timeout=opts.timeout,
+        max_body=response_limit(opts.output_len),
     ) as client:
         model = opts.model or await _discover_model(client)
-        counter, counted_by = await _counter(client, model, opts.tokenizer)
-        if counter is None:
+        if file_prompts is None:
+            counter, counted_by = await _counter(client, model, opts.tokenizer)
+        else:
+            counter, counted_by = None, "file"
+        if counter is None and file_prompts is None:
             notes.append(
                 "prompt lengths are approximate (no /tokenize on the server and no --tokenizer); "
                 "the metrics use the server's usage.prompt_tokens"
             )
-        levels: list[LevelReport] = []
-        for lv in levels_plan:
-            report, ps = await _run_level(client, opts, model, lv, counter, counted_by, progress)
-            levels.append(report)
-            prompt_info = {"counted_by": ps.counted_by, "exact": ps.exact, "verified_per_level": ps.verified}
-            if report.ok == 0 and report.requests:
-                notes.append(f"{lv.name}: no request succeeded ({', '.join(report.failure_examples[:1])})")
+        state = _LevelState()
+        try:
+            for lv in levels_plan:
+                state = _LevelState()
+                report, prompt_info = await _run_level(
+                    client, opts, model, lv, counter, counted_by, progress, state, file_prompts, responses
+                )
+                levels.append(report)
+                if report.ok == 0 and report.requests:
+                    notes.append(
+                        f"{lv.name}: no request succeeded ({', '.join(report.failure_examples[:1])})"
+                    )
+        except asyncio.CancelledError:  # Ctrl-C: keep what finished (cli.run exits 130 after writing it)
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+            lv = levels_plan[len(levels)]
+            interrupted = f"{lv.name} {state.phase}"
+            if state.repeats:
+                levels.append(_summarise(opts, lv, state.repeats))
+            if file_prompts is not None:
+                prompt_info = file_prompts.info()
+            done = [x.name for x in levels]
+            notes.append(
+                f"interrupted (Ctrl-C) during {interrupted}; the report holds "
+                + (", ".join(done) if done else "no level")
+                + (f" ({len(state.repeats)} of {opts.repeats} repeats of {lv.name})" if state.repeats else "")
+            )
     for lv_r in levels:
         if lv_r.token_source == "chunks":
             notes.append(
                 f"{lv_r.name}: the server sent no usage chunk; output tokens counted from content events "
                 "(may undercount if the server coalesces tokens)"
             )
+    if responses is not None and responses.error is not None:
+        notes.append(responses.error)
     results = expect_mod.evaluate(opts.expectations, levels)
     failures = sum(lv.n_failed for lv in levels)
     opt_dict = {k: (str(v) if isinstance(v, Count | Path) else v) for k, v in asdict(opts).items()}
@@ -351,6 +543,14 @@ async def execute(opts: BenchOptions) -> BenchReport:
         levels=levels,
         failures=failures,
         expect=results,
-        passed=all(e.passed for e in results),
+        passed=interrupted is None and all(e.passed for e in results),
+        partial=interrupted is not None,
+        interrupted_during=interrupted,
         notes=notes,
     )
+
+
+def response_limit(output_len: int) -> int:
+    """Bytes one streamed answer may take before it is cut off as `oversize`: 64 KiB plus 1 KiB per
+    requested token (vLLM sends ~220 bytes per token chunk; a server streaming past this is broken)."""
+    return 64 * 1024 + 1024 * output_len

@@ -13,7 +13,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from vllm_station.api.sse import excerpt
 from vllm_station.bench.wire import RawResult
+
+EXCERPT = 200  # characters of server text in a failure's detail (after secrets are masked)
 
 
 @dataclass(slots=True)
@@ -51,7 +54,8 @@ FAILURE_KINDS = (
     "http_5xx",
     "truncated",  # stream cut off, or ended without data: [DONE]
     "stream_error",  # an SSE {"error": …} event
-    "malformed",  # an event that is not JSON
+    "malformed",  # an event that is not JSON, or HTTP framing the client cannot read
+    "oversize",  # the answer grew past the client's limit for the requested output length
     "empty",  # finished without any content-bearing event (nor a finish_reason with usage tokens)
     "length_mismatch",  # fixed output length requested, usage says otherwise
 )
@@ -75,13 +79,17 @@ def _events(raw: RawResult) -> list[tuple[float, bytes]]:
     return events
 
 
+def _text(data: bytes) -> str:
+    return excerpt(data.decode("utf-8", errors="replace"), EXCERPT)
+
+
 def parse(raw: RawResult, expected_tokens: int | None) -> RequestResult:
     queue = max(0.0, raw.t_sent - raw.t_sched)
     res = RequestResult(
         index=raw.index,
         ok=False,
         failure=raw.error_kind,
-        detail=raw.error,
+        detail=excerpt(raw.error, EXCERPT),
         t_start=raw.t_start,
         t_end=raw.t_end,
         queue=queue,
@@ -94,7 +102,9 @@ def parse(raw: RawResult, expected_tokens: int | None) -> RequestResult:
     )
     if raw.error_kind is not None:
         if raw.error_kind.startswith("http_") and raw.chunks:
-            res.detail = f"{raw.error}: {raw.chunks[0][1][:200].decode(errors='replace')}"
+            # the whole body is masked before it is cut: a secret crossing the cut leaves nothing behind
+            body = b"".join(d for _, d in raw.chunks).decode("utf-8", errors="replace")
+            res.detail = f"{raw.error}: {excerpt(body, EXCERPT)}"
         return res
     first: float | None = None
     last_content: float | None = None
@@ -115,32 +125,35 @@ def parse(raw: RawResult, expected_tokens: int | None) -> RequestResult:
             continue
         try:
             obj = json.loads(data)
-        except ValueError:
-            res.failure, res.detail = "malformed", f"event is not JSON: {data[:120]!r}"
+        except (ValueError, RecursionError):
+            res.failure, res.detail = "malformed", f"event is not JSON: {_text(data)}"
             return res
         if not isinstance(obj, dict):
-            res.failure, res.detail = "malformed", f"event is not an object: {data[:120]!r}"
+            res.failure, res.detail = "malformed", f"event is not an object: {_text(data)}"
             return res
         if "error" in obj and not obj.get("choices"):
             err = obj["error"]
             msg = err.get("message", err) if isinstance(err, dict) else err
-            res.failure, res.detail = "stream_error", f"server error event: {msg}"
+            res.failure, res.detail = "stream_error", f"server error event: {excerpt(str(msg), EXCERPT)}"
             return res
         usage = obj.get("usage")
         if isinstance(usage, dict):
             ct = usage.get("completion_tokens")
-            if isinstance(ct, int):
+            if isinstance(ct, int) and not isinstance(ct, bool) and ct >= 0:
                 usage_tokens = ct
             pt = usage.get("prompt_tokens")
-            if isinstance(pt, int):
+            if isinstance(pt, int) and not isinstance(pt, bool) and pt >= 0:
                 res.prompt_tokens = pt
         choices = obj.get("choices")
         if not choices:
             continue
-        c0 = choices[0]
+        c0 = choices[0] if isinstance(choices, list) else None
+        delta = c0.get("delta") if isinstance(c0, dict) else None
+        if c0 is None or not isinstance(c0, dict) or not isinstance(delta, dict | None):
+            res.failure, res.detail = "malformed", f"event without a choice object: {_text(data)}"
+            return res
         if t_finish is None and c0.get("finish_reason"):
             t_finish = t
-        delta = c0.get("delta")
         if delta is None:  # /v1/completions
             bearing = bool(c0.get("text"))
         else:

@@ -30,6 +30,8 @@ class BenchReport:
     failures: int
     expect: list[ExpectResult]
     passed: bool
+    partial: bool = False  # stopped early (Ctrl-C): `levels` holds what finished
+    interrupted_during: str | None = None  # e.g. "c32 repeat 2/3"
     notes: list[str] = field(default_factory=list)
     schema: str = SCHEMA
 

@@ -96,11 +96,18 @@ class Scraper:
             if v is not None:
                 self._note(v)
 
+    def cancel(self) -> None:
+        """Stop sampling now, without waiting (after Ctrl-C); a no-op after `stop()`."""
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+
     async def stop(self) -> dict[str, Any] | None:
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+            self._task = None
         after = await self._read()
         if after is None and not self.before:
             return None

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 _HEAD_END = b"\r\n\r\n"
+MAX_HEAD = 64 * 1024  # response status line + headers
+MAX_LINE = 4096  # a chunk-size or trailer line
 
 
 @dataclass(slots=True)
@@ -34,14 +36,18 @@ class RawResult:
     t_end: float = 0.0  # end of the response (complete, error or timeout)
     status: int = 0
     chunks: list[tuple[float, bytes]] = field(default_factory=list)
-    error_kind: str | None = None  # transport-level failure: connect, timeout, truncated, http_4xx, http_5xx
+    error_kind: str | None = (
+        None  # transport-level: connect, timeout, truncated, oversize, http_4xx, http_5xx
+    )
     error: str = ""
+    size: int = 0  # body bytes received
 
 
 class _Conn(asyncio.Protocol):
     """One connection. State machine per response: head → body (chunked | length | until-close) → done."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_body: int | None = None) -> None:
+        self.max_body = max_body
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.res: RawResult | None = None
@@ -67,6 +73,18 @@ class _Conn(asyncio.Protocol):
             return
         self.received_any = True
         self._feed(t, res, data)
+        if self.max_body is not None and res.size > self.max_body:
+            self._fail(res, "oversize", f"the answer passed {self.max_body:,} bytes without ending; cut off")
+
+    def _fail(self, res: RawResult, kind: str, why: str) -> None:
+        """A response the client will not read further: record why, drop the connection, finish."""
+        if self.done is None or self.done.done():
+            return
+        res.error_kind, res.error = kind, why
+        self.keep_alive = False
+        if self.transport is not None:
+            self.transport.close()
+        self._finish()
 
     def eof_received(self) -> bool | None:
         return None  # close the transport; connection_lost follows
@@ -93,11 +111,14 @@ class _Conn(asyncio.Protocol):
             self._buf += data
             end = self._buf.find(_HEAD_END)
             if end < 0:
+                if len(self._buf) > MAX_HEAD:
+                    self._fail(res, "malformed", f"no end of the response head within {MAX_HEAD:,} bytes")
                 return
             head, data = self._buf[:end], self._buf[end + 4 :]
             self._buf = b""
             res.t_headers = t
-            self._head(res, head)
+            if not self._head(res, head):
+                return
             if self._mode == "length" and self._remaining == 0:
                 self._finish()
                 return
@@ -106,6 +127,7 @@ class _Conn(asyncio.Protocol):
             n = min(len(data), self._remaining)
             if n:
                 res.chunks.append((t, data[:n]))
+                res.size += n
             self._remaining -= n
             if self._remaining == 0:
                 self._finish()
@@ -113,10 +135,11 @@ class _Conn(asyncio.Protocol):
         if mode == "close":
             if data:
                 res.chunks.append((t, data))
+                res.size += len(data)
             return
         self._chunked(t, res, data)
 
-    def _head(self, res: RawResult, head: bytes) -> None:
+    def _head(self, res: RawResult, head: bytes) -> bool:
         lines = head.split(b"\r\n")
         try:
             res.status = int(lines[0].split(b" ", 2)[1])
@@ -130,7 +153,11 @@ class _Conn(asyncio.Protocol):
             if key == b"transfer-encoding" and b"chunked" in value.lower():
                 chunked = True
             elif key == b"content-length":
-                length = int(value.strip())
+                v = value.strip()
+                if not v.isdigit() or len(v) > 18:
+                    self._fail(res, "malformed", f"bad Content-Length {v[:40]!r}")
+                    return False
+                length = int(v)
             elif key == b"connection" and b"close" in value.lower():
                 self.keep_alive = False
         if chunked:
@@ -139,6 +166,7 @@ class _Conn(asyncio.Protocol):
             self._mode, self._remaining = "length", length
         else:
             self._mode, self.keep_alive = "close", False
+        return True
 
     def _chunked(self, t: float, res: RawResult, data: bytes) -> None:
         pos, n = 0, len(data)
@@ -147,6 +175,7 @@ class _Conn(asyncio.Protocol):
             if mode == "chunk_data":
                 take = min(self._remaining, n - pos)
                 res.chunks.append((t, data[pos : pos + take]))
+                res.size += take
                 pos += take
                 self._remaining -= take
                 if self._remaining == 0:
@@ -165,6 +194,8 @@ class _Conn(asyncio.Protocol):
             pos = n
             end = self._buf.find(b"\r\n")
             if end < 0:
+                if len(self._buf) > MAX_LINE:
+                    self._fail(res, "malformed", f"a chunk-size line longer than {MAX_LINE} bytes")
                 return
             line, self._buf = self._buf[:end], self._buf[end + 2 :]
             if mode == "trailer":
@@ -202,8 +233,17 @@ class _Conn(asyncio.Protocol):
 class WireClient:
     """Keep-alive connections to one origin; `request()` never raises for request-level failures."""
 
-    def __init__(self, base_url: str, path: str, headers: dict[str, str], timeout: float) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        path: str,
+        headers: dict[str, str],
+        timeout: float,
+        *,
+        max_body: int | None = None,
+    ) -> None:
         u = urlsplit(base_url)
+        self.max_body = max_body
         self.host = u.hostname or "127.0.0.1"
         self.tls = u.scheme == "https"
         self.port = u.port or (443 if self.tls else 80)
@@ -223,7 +263,11 @@ class WireClient:
     async def _connect(self) -> _Conn:
         loop = asyncio.get_running_loop()
         _, proto = await loop.create_connection(
-            _Conn, self.host, self.port, ssl=self.ssl, server_hostname=self.host if self.tls else None
+            lambda: _Conn(self.max_body),
+            self.host,
+            self.port,
+            ssl=self.ssl,
+            server_hostname=self.host if self.tls else None,
         )
         self._all.append(proto)
         return proto
