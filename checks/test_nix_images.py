@@ -112,17 +112,27 @@ def _snapshot() -> Path:
 
 @functools.cache
 def _station(station: str) -> dict[str, Any]:
-    """One Nix process per station: its images and its install target share the station's own evaluation."""
-    result: dict[str, Any] = eval_json(
-        [
-            str(_snapshot() / "checks" / "images"),
-            "--argstr", "nixosTree", _tree(),
-            "--argstr", "diskoTree", str(_disko_tree()),
-            "--argstr", "station", station,
-            "--argstr", "optionUses", json.dumps(sorted(option_uses())),
-        ],
-        timeout=900,
+    """One Nix process per station: its images and its install target share the station's own evaluation.
+
+    A larger initial heap for Nix's collector: measured on station-a, 18.3 s of CPU without, 14.6 s with, the
+    same peak memory (1.7 GB).
+    """
+    args = [
+        str(_snapshot() / "checks" / "images"),
+        "--argstr", "nixosTree", _tree(),
+        "--argstr", "diskoTree", str(_disko_tree()),
+        "--argstr", "station", station,
+        "--argstr", "optionUses", json.dumps(sorted(option_uses())),
+    ]  # fmt: skip
+    env = dict(os.environ, PATH=f"{nix_bin()}:{os.environ.get('PATH', '')}", GC_INITIAL_HEAP_SIZE="1500M")
+    env.setdefault("NIX_CONFIG", "experimental-features = nix-command flakes\nflake-registry =\nsubstituters =")
+    proc = subprocess.run(
+        [str(require_nix() / "nix-instantiate"), "--eval", "--strict", "--json", *args],
+        capture_output=True, text=True, timeout=900, env=env, check=False,
     )  # fmt: skip
+    if proc.returncode != 0:
+        raise AssertionError(f"nix-instantiate {' '.join(args[:1])} ({station}) failed:\n{proc.stderr[-4000:]}")
+    result: dict[str, Any] = json.loads(proc.stdout)
     return result
 
 
