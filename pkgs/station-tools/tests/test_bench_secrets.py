@@ -85,3 +85,27 @@ def test_bench_never_writes_the_key_whatever_its_position(
     for name, text in texts.items():
         assert not _fragments(text), (where, offset, name, text[:600])
     assert "e" * 100 in texts[f"{out}.json"]  # the failure example is there (the key masked or cut)
+
+
+def test_url_password_is_in_no_output(
+    srv: FaultServer, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--base-url http://user:password@host`: the report's base_url and options carry the URL, masked."""
+    monkeypatch.delenv("STATION_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    password = "Hunter2Hunter2"
+    srv.route("POST", "/v1/chat/completions", _echo("http", 10, 0))
+    url = srv.url.replace("http://", f"http://op:{password}@")
+    out = tmp_path / "r"
+    rc = main(
+        [
+            "bench", "sweep", "--base-url", url, "-c", "1", "--warmup", "0", "--requests", "1",
+            "--no-progress", "--json", f"{out}.json", "--csv", f"{out}.csv",
+        ]
+    )  # fmt: skip
+    captured = capsys.readouterr()
+    assert rc == 1  # the echo server fails every request
+    report = Path(f"{out}.json").read_text()
+    assert '"base_url": "http://op:***@127.0.0.1' in report
+    for text in (captured.out, captured.err, report, Path(f"{out}.csv").read_text()):
+        assert password not in text

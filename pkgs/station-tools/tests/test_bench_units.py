@@ -159,6 +159,8 @@ def test_expect_grammar_and_levels() -> None:
         expect.parse(["c1.speed>=1"])
     with pytest.raises(UsageError, match="METRIC OP NUMBER"):
         expect.parse(["c1.tok_s=>1"])
+    with pytest.raises(UsageError, match="not a finite number"):
+        expect.parse(["c1.tok_s>=1e999"])
     with pytest.raises(UsageError, match="not in this run"):
         expect.check_levels(expect.parse(["c64.tok_s>=1"]), ["c1", "c8"])
 

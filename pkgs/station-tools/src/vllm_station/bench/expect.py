@@ -9,6 +9,7 @@ Latencies are in seconds.
 
 from __future__ import annotations
 
+import math
 import operator
 import re
 from collections.abc import Callable
@@ -78,6 +79,8 @@ def parse_one(text: str) -> Expectation:
         num = float(m["num"])
     except ValueError:
         raise UsageError(f"--expect {text!r}: {m['num']!r} is not a number") from None
+    if not math.isfinite(num):
+        raise UsageError(f"--expect {text!r}: {m['num']!r} is not a finite number")
     level = level_name(m["level"]) if m["level"] else None
     return Expectation(text.strip(), level, metric, m["op"], num)
 
