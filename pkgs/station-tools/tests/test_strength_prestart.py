@@ -7,13 +7,16 @@ GiB (2^30 bytes). A figure exactly on the threshold must pass and one kB more mu
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import time
 from pathlib import Path
 
 import pytest
-from sysfs_fixtures import gb300_root, set_file_pages
+from sysfs_fixtures import add_container, gb300_root, one_node_root, set_file_pages, write_fake_runtime
 
 from vllm_station.cli import main
+from vllm_station.prestart import log_path, prune_logs, utc_stamp
 
 GiB = 1024**3
 KiB = 1024
@@ -60,3 +63,100 @@ def test_threshold_is_gib_not_gb(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert report["threshold_gib"] == 4.0
     assert (rc, report["status"]) == (0, "ok")
     assert report["file_pages_gib"] == round(report["file_pages_bytes"] / GiB, 3)  # type: ignore[operator]
+
+
+# ---- the rest of prestart's report (mutants the benchmark found: scripts/bench-mutation) ----
+
+
+def test_cdmm_report_fields(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = one_node_root(tmp_path / "root")
+    rc = main(["prestart", "--root", str(root), "--gpu-node", "1", "--settle-seconds", "0.5", "--no-drop",
+               "--max-file-pages-gib", "3", "--json"])  # fmt: skip
+    report = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    assert {k: report[k] for k in ("status", "node", "dropped", "waited_s", "threshold_gib", "cdmm")} == {
+        "status": "no-node", "node": 1, "dropped": False, "waited_s": 0.0, "threshold_gib": 3.0, "cdmm": True,
+    }  # fmt: skip
+
+
+@pytest.fixture
+def runtime_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    script, state = write_fake_runtime(tmp_path / "runtime")
+    monkeypatch.setenv("STATION_RUNTIME_CMD", str(script))
+    monkeypatch.setenv("FAKE_RUNTIME_STATE", str(state))
+    return state
+
+
+def test_logs_report_and_timings(
+    tmp_path: Path, runtime_state: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = gb300_root(tmp_path / "root")
+    add_container(runtime_state, "engine-a", stdout=b"last words\n")
+    logs = tmp_path / "deep" / "er" / "logs"  # created with its parents
+    args = ("--runtime", "docker", "--container", "engine-a", "--log-dir", str(logs))
+    rc, report = run_json(root, capsys, *args)
+    assert rc == 0
+    saved = report["logs"]["saved"]  # type: ignore[index]
+    assert {k: v for k, v in report["logs"].items() if k != "saved"} == {  # type: ignore[union-attr]
+        "runtime": "docker", "container": "engine-a", "removed": True, "pruned": [],
+        "message": f"saved engine-a logs to {saved}; container removed",
+    }  # fmt: skip
+    assert Path(saved).parent == logs and "last words" in Path(saved).read_text()
+    timings = report["timings_ms"]
+    assert {"sync", "read", "logs", "rm", "total"} <= set(timings)  # type: ignore[arg-type]
+    assert all(isinstance(v, float) and v >= 0 for v in timings.values())  # type: ignore[union-attr]
+
+    rc, report = run_json(root, capsys, *args)
+    assert rc == 0 and report["logs"]["saved"] is None  # type: ignore[index]
+    assert report["logs"]["message"] == "no previous container 'engine-a': no logs to keep"  # type: ignore[index]
+    assert {"logs", "rm"} <= set(report["timings_ms"])  # type: ignore[arg-type]
+
+
+def test_a_log_dir_that_cannot_be_created_is_an_error(
+    tmp_path: Path, runtime_state: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = gb300_root(tmp_path / "root")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    rc = main(["prestart", "--root", str(root), "--settle-seconds", "0", "--no-drop", "--runtime", "docker",
+               "--log-dir", str(blocker / "logs")])  # fmt: skip
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert f"station prestart: error: cannot create log dir {blocker / 'logs'}: Not a directory" in err
+
+
+def test_log_path_numbers_collisions_from_1(tmp_path: Path) -> None:
+    stamp = "20260101T000000Z"
+    first = log_path(tmp_path, "c", stamp)
+    assert first == tmp_path / f"c-{stamp}.log"
+    first.write_text("")
+    second = log_path(tmp_path, "c", stamp)
+    assert second == tmp_path / f"c-{stamp}-1.log"
+    second.write_text("")
+    assert log_path(tmp_path, "c", stamp) == tmp_path / f"c-{stamp}-2.log"
+
+
+def test_prune_orders_by_stamp_then_collision_number(tmp_path: Path) -> None:
+    names = ["c-20260101T000000Z.log", "c-20260101T000000Z-1.log", "c-20260101T000000Z-2.log",
+             "c-20251231T235959Z-9.log", "other-20200101T000000Z.log", "c-notes.txt"]  # fmt: skip
+    for n in names:
+        (tmp_path / n).write_text("")
+    removed = prune_logs(tmp_path, "c", 2)
+    assert removed == [str(tmp_path / "c-20251231T235959Z-9.log"), str(tmp_path / "c-20260101T000000Z.log")]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["c-20260101T000000Z-1.log", "c-20260101T000000Z-2.log", "other-20200101T000000Z.log", "c-notes.txt"]
+    )
+
+
+def test_utc_stamp_is_utc_whatever_the_local_zone(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TZ", "Asia/Kolkata")  # UTC+05:30: a local-time stamp would be off by hours
+    time.tzset()
+    try:
+        before = dt.datetime.now(dt.UTC).replace(microsecond=0)
+        got = dt.datetime.strptime(utc_stamp(), "%Y%m%dT%H%M%SZ").replace(tzinfo=dt.UTC)
+        after = dt.datetime.now(dt.UTC)
+        assert before <= got <= after
+        assert utc_stamp(dt.datetime(2026, 2, 3, 4, 5, 6, tzinfo=dt.UTC)) == "20260203T040506Z"
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
