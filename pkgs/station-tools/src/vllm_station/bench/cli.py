@@ -28,7 +28,7 @@ from vllm_station.bench import dataset, outputs
 from vllm_station.bench import expect as expect_mod
 from vllm_station.bench.modes import DEFAULT_LEVELS, BenchOptions, Count, execute, plan
 from vllm_station.bench.report import BenchReport, render_table, to_csv, to_json
-from vllm_station.errors import EXIT_INTERRUPTED, Unreachable, UsageError
+from vllm_station.errors import EXIT_INTERRUPTED, StationError, Unreachable, UsageError
 from vllm_station.redact import redact
 
 log = logging.getLogger("vllm_station.bench")
@@ -373,7 +373,12 @@ def run(args: argparse.Namespace) -> int:
     _check_outputs(args)
     prompt_file = dataset.load(opts.prompts_file) if opts.prompts_file is not None else None
     report = asyncio.run(execute(opts, prompt_file))
-    write_outputs(args, report)
+    try:
+        write_outputs(args, report)
+    except StationError as err:
+        if not report.partial:
+            raise
+        print(f"station bench: error: {err}", file=sys.stderr)  # still the Ctrl-C's 130
     if report.partial:
         print(
             f"station bench: interrupted during {report.interrupted_during}; "

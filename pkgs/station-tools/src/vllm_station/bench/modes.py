@@ -501,18 +501,19 @@ async def execute(opts: BenchOptions, prompt_file: PromptFile | None = None) -> 
             task = asyncio.current_task()
             if task is not None:
                 task.uncancel()
-            lv = levels_plan[len(levels)]
-            interrupted = f"{lv.name} {state.phase}"
-            if state.repeats:
-                levels.append(_summarise(opts, lv, state.repeats))
+            kept = ""
+            if len(levels) < len(levels_plan):
+                lv = levels_plan[len(levels)]
+                interrupted = f"{lv.name} {state.phase}"
+                if state.repeats:
+                    levels.append(_summarise(opts, lv, state.repeats))
+                    kept = f" ({len(state.repeats)} of {opts.repeats} repeats of {lv.name})"
+            else:
+                interrupted = "the end of the run"
             if file_prompts is not None:
                 prompt_info = file_prompts.info()
-            done = [x.name for x in levels]
-            notes.append(
-                f"interrupted (Ctrl-C) during {interrupted}; the report holds "
-                + (", ".join(done) if done else "no level")
-                + (f" ({len(state.repeats)} of {opts.repeats} repeats of {lv.name})" if state.repeats else "")
-            )
+            done = ", ".join(x.name for x in levels) or "no level"
+            notes.append(f"interrupted (Ctrl-C) during {interrupted}; the report holds {done}{kept}")
     for lv_r in levels:
         if lv_r.token_source == "chunks":
             notes.append(
