@@ -4,9 +4,12 @@
     station bench burst --base-url … --concurrency 1,32,256 --output-len 256 --repeats 3
     station bench prefill --base-url … --lengths 8k,32k,128k
     … --json out.json --csv out.csv --plots plots/ --expect c1.tok_s>=100 --expect failures==0
+    station bench sweep … --prompts coding.jsonl --no-ignore-eos --save-responses responses/
 
-Exit codes: 0 done (and every --expect held), 1 an expectation failed or no request succeeded,
-2 usage, 3 server unreachable.
+Exit codes: 0 done (and every --expect held); 1 an expectation failed, no request succeeded, /v1/models
+did not answer with a model list (401/403/429/…), or an output could not be written after the run;
+2 usage (also: an out-of-range number, a bad --prompts file, an output path that cannot be written —
+all before anything is sent); 3 server unreachable; 130 Ctrl-C (the outputs hold what finished).
 """
 
 from __future__ import annotations
