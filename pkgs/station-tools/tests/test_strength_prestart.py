@@ -160,3 +160,50 @@ def test_utc_stamp_is_utc_whatever_the_local_zone(monkeypatch: pytest.MonkeyPatc
     finally:
         monkeypatch.delenv("TZ")
         time.tzset()
+
+
+def test_drop_timings_are_measured(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = gb300_root(tmp_path / "root")
+    rc = main(["prestart", "--root", str(root), "--settle-seconds", "0", "--json"])
+    timings = json.loads(capsys.readouterr().out)["timings_ms"]
+    assert rc == 0 and (root / "proc/sys/vm/drop_caches").read_text() == "1\n"
+    assert {"sync", "drop", "read", "total"} == set(timings)
+    assert all(isinstance(v, float) and v >= 0 for v in timings.values())
+
+
+def test_drop_caches_errors_name_the_path_and_the_fix(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = gb300_root(tmp_path / "root")
+    target = root / "proc/sys/vm/drop_caches"
+    target.unlink()
+    target.mkdir()  # a write fails with EISDIR, even as root
+    assert main(["prestart", "--root", str(root), "--settle-seconds", "0"]) == 1
+    assert f"station prestart: error: cannot write {target}: Is a directory" in capsys.readouterr().err
+    target.rmdir()
+    target.write_text("")
+
+    real_open = Path.open
+
+    def refuse(self: Path, *args: object, **kwargs: object) -> object:  # EACCES: root cannot be refused here
+        if self == target:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_open(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Path, "open", refuse)
+    assert main(["prestart", "--root", str(root), "--settle-seconds", "0"]) == 1
+    assert (
+        f"station prestart: error: cannot write {target}: permission denied; prestart must run privileged "
+        "(systemd: ExecStartPre=+station prestart …), or pass --no-drop to only check"
+    ) in capsys.readouterr().err
+
+
+def test_meminfo_without_file_pages_names_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = gb300_root(tmp_path / "root")
+    meminfo = root / "sys/devices/system/node/node1/meminfo"
+    meminfo.write_text("".join(ln + "\n" for ln in meminfo.read_text().splitlines() if "FilePages" not in ln))
+    assert main(["prestart", "--root", str(root), "--settle-seconds", "0", "--no-drop"]) == 1
+    err = capsys.readouterr().err
+    assert f"cannot read FilePages of NUMA node 1: {meminfo}: no FilePages line" in err
