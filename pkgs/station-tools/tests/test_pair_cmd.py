@@ -198,7 +198,7 @@ def test_beacon_without_stamp_says_so(beacons: list[Beacon], tmp_path: Path) -> 
         (["--role", "worker", "--rank", "0"], 2, "--role worker runs rank 1, but --rank is 0"),
         (["--role", "both", "--rank", "0"], 2, "invalid choice"),
         (["--role", "head", "--rank", "0", "--bind", "192.0.2.7"], 2, "is not an address of this host"),
-        (["--role", "head", "--rank", "0", "--port", "70000"], 2, "must be a port number from 1 to 65535"),
+        (["--role", "head", "--rank", "0", "--port", "70000"], 2, "must be a port number from 1 to 65,535"),
     ],
 )
 def test_beacon_usage_errors(

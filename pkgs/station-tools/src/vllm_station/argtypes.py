@@ -22,6 +22,13 @@ DAY = 86_400.0
 WEEK = 7 * DAY
 
 
+def _fmt(value: float) -> str:
+    """1 -> "1", 4294967295 -> "4,294,967,295", 0.001 -> "0.001", 86400.0 -> "86,400"."""
+    if float(value).is_integer():
+        return f"{int(value):,}"
+    return f"{value:g}"
+
+
 @dataclass(frozen=True)
 class Bounded(Generic[N]):
     """`type=` for argparse: a number of `kind` in [lo, hi] (or (lo, hi] with `lo_open`)."""
@@ -37,8 +44,8 @@ class Bounded(Generic[N]):
         return self.kind.__name__
 
     def describe(self) -> str:
-        lo = f"more than {self.lo:g}" if self.lo_open else f"{self.lo:g}"
-        return f"{self.what} from {lo} to {self.hi:g}"
+        lo = f"more than {_fmt(self.lo)}" if self.lo_open else _fmt(self.lo)
+        return f"{self.what} from {lo} to {_fmt(self.hi)}"
 
     def __call__(self, text: str) -> N:
         raw = text.strip()
