@@ -6,12 +6,15 @@ per-level checks, and the exact result records. Values are binary fractions so "
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from vllm_station.bench import expect
 from vllm_station.bench.expect import ExpectResult
 from vllm_station.bench.metrics import LevelReport, summarise_level
-from vllm_station.bench.parse import RequestResult
+from vllm_station.bench.parse import RequestResult, parse
+from vllm_station.bench.wire import RawResult
 from vllm_station.errors import UsageError
 
 
@@ -111,3 +114,121 @@ def test_expectation_text_and_number_errors() -> None:
     assert str(err.value) == "--expect 'c1.tok_s>=1.2.3': '1.2.3' is not a number"
     assert expect.parse(["p2k.ttft<1", ",", "c8.e2e<=2"])[0].level == "p2048"
     assert len(expect.parse(["p2k.ttft<1", ",", "c8.e2e<=2"])) == 2
+
+
+# ---- SSE parsing: the whole RequestResult, exactly (mutants the benchmark found in bench/parse.py) ----
+
+
+def _ev(obj: object) -> bytes:
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+def _delta(finish: str | None = None, **delta: object) -> bytes:
+    return _ev({"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+
+
+ROLE = _delta(role="assistant", content="")
+DONE = b"data: [DONE]\n\n"
+
+
+def _usage(completion: object, prompt: object = 7) -> bytes:
+    return _ev({"choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": completion}})
+
+
+def _raw(chunks: list[tuple[float, bytes]], **kw: object) -> RawResult:
+    r = RawResult(index=3, t_sched=0.75, t_start=0.875, t_sent=1.0, t_headers=1.0625, t_end=9.0)
+    r.chunks = chunks
+    for k, v in kw.items():
+        setattr(r, k, v)
+    return r
+
+
+def _want(**kw: object) -> RequestResult:
+    base: dict[str, object] = dict(
+        index=3, ok=True, failure=None, detail="", t_start=0.875, t_end=1.75, queue=0.25, ttft=0.25,
+        e2e=0.75, output_tokens=3, prompt_tokens=7, token_source="usage", itl=0.25, gaps=[0.25, 0.25],
+    )  # fmt: skip
+    base.update(kw)
+    return RequestResult(**base)  # type: ignore[arg-type]
+
+
+def test_parse_a_whole_stream_exactly() -> None:
+    chunks = [(1.25, ROLE + _delta(content="a")), (1.5, _delta(content="b")),
+              (1.75, _delta("stop", content="c") + _usage(3) + DONE)]  # fmt: skip
+    assert parse(_raw(chunks), expected_tokens=3) == _want()
+    assert parse(_raw(chunks), expected_tokens=None) == _want()
+
+
+def test_parse_counts_chunks_without_usage_and_ignores_keepalives() -> None:
+    chunks = [(1.25, b": keep-alive\n\n" + ROLE + _delta(reasoning_content="r")),
+              (1.5, _delta(reasoning="s")), (1.625, b"event: ping\n\n"),
+              (1.75, _delta(tool_calls=[{"index": 0}]) + DONE)]  # fmt: skip
+    assert parse(_raw(chunks), None) == _want(prompt_tokens=None, token_source="chunks", t_end=1.75)
+
+
+def test_parse_crlf_events_split_across_reads_and_a_last_event_without_blank_line() -> None:
+    whole = (ROLE + _delta(content="a")).replace(b"\n", b"\r\n")
+    chunks = [(1.125, whole[:9]), (1.25, whole[9:]), (1.5, _delta(content="b") + _usage(2)),
+              (1.625, b"data: [DONE]")]  # fmt: skip
+    assert parse(_raw(chunks), 2) == _want(
+        t_end=1.625, ttft=0.25, e2e=0.625, output_tokens=2, prompt_tokens=7, itl=0.375, gaps=[0.25]
+    )
+
+
+def test_parse_completions_text_events() -> None:
+    text = lambda s, f=None: _ev({"choices": [{"index": 0, "text": s, "finish_reason": f}]})  # noqa: E731
+    chunks = [(1.25, text("")), (1.5, text("x")), (2.0, text("y", "length") + DONE)]
+    assert parse(_raw(chunks), None) == _want(
+        t_end=2.0, ttft=0.5, e2e=1.0, output_tokens=2, prompt_tokens=None, token_source="chunks", itl=0.5,
+        gaps=[0.5],
+    )
+
+
+def test_parse_tokens_with_empty_text_time_from_the_finish_event() -> None:
+    chunks = [(1.25, ROLE), (1.5, _delta("length", content="")), (1.75, _usage(1) + DONE)]
+    assert parse(_raw(chunks), 1) == _want(t_end=1.75, ttft=0.5, e2e=0.75, output_tokens=1, itl=None, gaps=[])
+    no_usage = [(1.25, ROLE), (1.5, _delta("length", content="") + DONE)]
+    assert parse(_raw(no_usage), None).failure == "empty"
+
+
+@pytest.mark.parametrize("completion", [True, -1, "3", 2.0])
+def test_parse_ignores_usage_that_is_not_a_count(completion: object) -> None:
+    chunks = [(1.25, ROLE + _delta(content="a")),
+              (1.5, _delta(content="b") + _usage(completion, prompt=False))]  # fmt: skip
+    res = parse(_raw([*chunks, (1.75, DONE)]), None)
+    assert (res.output_tokens, res.token_source, res.prompt_tokens) == (2, "chunks", None)
+
+
+@pytest.mark.parametrize(
+    ("chunks", "failure", "detail"),
+    [
+        ([(1.25, b"data: {nope\n\n")], "malformed", "event is not JSON: {nope"),
+        ([(1.25, b"data: [1, 2]\n\n")], "malformed", "event is not an object: [1, 2]"),
+        ([(1.25, _ev({"error": {"message": "engine died"}}))], "stream_error",
+         "server error event: engine died"),
+        ([(1.25, _ev({"error": "plain"}))], "stream_error", "server error event: plain"),
+        ([(1.25, _ev({"choices": ["x"]}))], "malformed", 'event without a choice object: {"choices": ["x"]}'),
+        ([(1.25, _ev({"choices": [{"delta": 5}]}))], "malformed",
+         'event without a choice object: {"choices": [{"delta": 5}]}'),
+        ([(1.25, ROLE + _delta(content="a"))], "truncated", "the stream ended without data: [DONE]"),
+        ([(1.25, ROLE + DONE)], "empty", "no content-bearing event in the stream"),
+        ([(1.25, _delta(content="a") + _usage(2) + DONE)], "length_mismatch",
+         "asked for exactly 5 tokens, got 2 (usage)"),
+    ],
+)  # fmt: skip
+def test_parse_failures_name_the_kind_and_the_event(
+    chunks: list[tuple[float, bytes]], failure: str, detail: str
+) -> None:
+    res = parse(_raw(chunks), 5 if failure == "length_mismatch" else None)
+    assert (res.ok, res.failure, res.detail) == (False, failure, detail)
+    assert res.queue == 0.25 and res.t_start == 0.875
+
+
+def test_parse_transport_failures_keep_the_body_excerpt() -> None:
+    raw = _raw([(1.25, b'{"error":\n  "over'), (1.5, b'loaded"}')], error_kind="http_5xx", error="HTTP 503")
+    res = parse(raw, 4)
+    assert (res.ok, res.failure, res.detail, res.t_end, res.ttft) == (
+        False, "http_5xx", 'HTTP 503: {"error": "overloaded"}', 9.0, None)  # fmt: skip
+    timeout = parse(_raw([(1.25, ROLE)], error_kind="timeout", error="no answer in 5 s"), 4)
+    assert (timeout.failure, timeout.detail) == ("timeout", "no answer in 5 s")
+    assert parse(_raw([], t_sched=1.5), None).queue == 0.0, "a request sent early has no queue time"
