@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import shutil
+import signal
 import ssl
 import statistics
 import subprocess
@@ -243,6 +245,53 @@ def test_the_log_names_the_key_and_no_log_holds_one(env: Env) -> None:
         assert secret not in texts
         assert secret[4:20] not in texts  # no fragment either
     assert "Bearer" not in texts
+
+
+def _workers(gw: Gateway) -> set[int]:
+    assert gw.proc is not None
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(gw.proc.pid)],
+                         capture_output=True, text=True, check=False).stdout  # fmt: skip
+    return {int(p) for p in out.split()}
+
+
+def _reload(gw: Gateway) -> None:
+    """SIGHUP nginx (what `systemctl reload nginx` does); return once the old workers are gone."""
+    assert gw.proc is not None
+    old = _workers(gw)
+    os.kill(gw.proc.pid, signal.SIGHUP)
+    deadline = time.monotonic() + 30
+    while _workers(gw) & old or not _workers(gw):
+        assert time.monotonic() < deadline, (
+            "nginx did not replace its workers within 30 s"
+        )
+        time.sleep(0.05)
+
+
+def test_key_rotation_by_reload_and_a_bad_file_keeps_the_running_keys(env: Env) -> None:
+    """`systemctl restart vllm-station-gateway-keys && systemctl reload nginx`, by hand."""
+    old, new = env.keys["alice"], new_key("alice")
+    env.gw.keys["alice"] = f"{new}\n{old}"  # both valid while clients move
+    assert env.gw.run_keys().returncode == 0
+    _reload(env.gw)
+    for key in (new, old):
+        with env.gw.client(key) as c:
+            assert c.get("/v1/models").status_code == 200
+    env.gw.keys["alice"] = new  # the old key retired
+    assert env.gw.run_keys().returncode == 0
+    _reload(env.gw)
+    with env.gw.client(old) as c:
+        error_of(c.get("/v1/models"), 401)
+    env.keys["alice"] = new
+    maps = (env.gw.run_dir / "keys.map").read_text()
+    good_bob = env.keys["bob"]
+    env.gw.keys["bob"] = "too-short"
+    bad = env.gw.run_keys()
+    assert bad.returncode == 2 and "line 1: a key is 16-256 characters" in bad.stderr
+    assert (env.gw.run_dir / "keys.map").read_text() == maps  # nothing written
+    env.gw.keys["bob"] = good_bob
+    _reload(env.gw)  # nginx reloads the last good maps
+    with env.gw.client(good_bob) as c:
+        assert c.get("/v1/models").status_code == 200
 
 
 # ---- the allowlist ---------------------------------------------------------------------------------

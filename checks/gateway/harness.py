@@ -313,7 +313,7 @@ class Gateway:
         proc = subprocess.run(
             self.keys_argv(), capture_output=True, text=True, timeout=60, check=False
         )
-        self.keys_stderr = proc.stdout + proc.stderr
+        self.keys_stderr += proc.stdout + proc.stderr
         return proc
 
     def write_conf(self) -> None:
