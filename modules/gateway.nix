@@ -301,7 +301,7 @@ let
       connections =
         option types.ints.positive 64
           "Requests of one key in flight at once (`limit_conn`); more get 429.";
-      maxBodySize = option (types.strMatching "[0-9]+[km]?") "32m" ''
+      maxBodySize = option (types.strMatching "[0-9]+[kKmMgG]?") "32m" ''
         Largest request body of one key (`client_max_body_size`); larger ones get 413. The default
         holds a 1M-token prompt: docs/gateway.md gives the bytes per token measured for prose, code
         and CJK text, escaped as JSON.

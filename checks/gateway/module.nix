@@ -328,7 +328,7 @@ let
     paths-are-paths = h.assertionFails (with' { paths = [ "/v1/x;deny" ]; }) "paths are absolute URL paths";
     no-internal-paths = h.assertionFails (with' { paths = [ "/_vllm_station/default/v1/models" ]; }) "not under /_vllm_station";
     rate-format = h.throws (with' { limits.rate = "fast"; });
-    body-size-format = h.throws (with' { limits.maxBodySize = "1G"; });
+    body-size-format = h.throws (with' { limits.maxBodySize = "1 GB"; });
   };
   results = lib.mapAttrs (name: test: h.run "gateway/${name}" test) tests;
 in
