@@ -7,12 +7,13 @@ per-level checks, and the exact result records. Values are binary fractions so "
 from __future__ import annotations
 
 import json
+from dataclasses import astuple
 
 import pytest
 
 from vllm_station.bench import expect
 from vllm_station.bench.expect import ExpectResult
-from vllm_station.bench.metrics import LevelReport, summarise_level
+from vllm_station.bench.metrics import Dist, LevelReport, Span, percentile, summarise_level, summarise_repeat
 from vllm_station.bench.parse import RequestResult, parse
 from vllm_station.bench.wire import RawResult
 from vllm_station.errors import UsageError
@@ -232,3 +233,62 @@ def test_parse_transport_failures_keep_the_body_excerpt() -> None:
     timeout = parse(_raw([(1.25, ROLE)], error_kind="timeout", error="no answer in 5 s"), 4)
     assert (timeout.failure, timeout.detail) == ("timeout", "no answer in 5 s")
     assert parse(_raw([], t_sched=1.5), None).queue == 0.0, "a request sent early has no queue time"
+
+
+# ---- statistics: every field of a level, exactly (mutants the benchmark found in bench/metrics.py) ----
+
+
+def _dist(d: Dist | None) -> tuple[object, ...]:
+    assert d is not None
+    return astuple(d)
+
+
+def test_level_statistics_every_field(c2: LevelReport) -> None:
+    approx = pytest.approx
+    assert (c2.name, c2.mode, c2.concurrency, c2.prompt_tokens_target, c2.output_tokens_target) == (
+        "c2", "sweep", 2, 64, 2)  # fmt: skip
+    assert (c2.requests, c2.ok, c2.failures, c2.failure_examples, c2.token_source) == (
+        4, 3, {"timeout": 1}, ["timeout: boom"], "usage")  # fmt: skip
+    assert astuple(c2.tok_s) == (2.5, 1.0, 4.0) and astuple(c2.req_s) == (1.25, 0.5, 2.0)
+    assert [astuple(r) for r in c2.repeats] == [
+        (1, 2, 2, 0, 1.0, 4, 4.0, 2.0, 0.25, 0.75, 1.0),
+        (2, 2, 1, 1, 2.0, 2, 1.0, 0.5, 0.5, 1.5, 2.0),
+    ]
+    assert _dist(c2.ttft) == approx((3, 1 / 3, 0.25, 0.45, 0.495, 0.25, 0.5, 0.25, 0.5))
+    assert _dist(c2.itl) == approx((3, 1.0, 0.75, 1.35, 1.485, 0.75, 1.5, 0.75, 1.5))
+    assert _dist(c2.itl_chunks) == _dist(c2.itl)
+    assert _dist(c2.e2e) == approx((3, 4 / 3, 1.0, 1.8, 1.98, 1.0, 2.0, 1.0, 2.0))
+    assert _dist(c2.user_tok_s) == approx((3, 10 / 9, 4 / 3, 4 / 3, 4 / 3, 2 / 3, 4 / 3, 2 / 3, 4 / 3))
+    assert _dist(c2.queue) == (4, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+    assert _dist(c2.prompt_tokens) == (3, 64.0, 64.0, 64.0, 64.0, 64.0, 64.0, None, None)
+    assert _dist(c2.output_tokens) == (3, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, None, None)
+    assert c2.prefill_tok_s is None and c2.n_failed == 1
+    assert (c2.raw_ttft, c2.raw_e2e) == ([0.25, 0.25, 0.5], [1.0, 1.0, 2.0])
+
+
+def test_prefill_level_and_token_sources() -> None:
+    chunked = _ok(1, 0.0, 0.5, 3, 0.25)
+    chunked.token_source = "chunks"
+    lv = summarise_level("p64", "prefill", 1, 64, 1, [[_ok(0, 0.0, 0.25, 2, 0.25), chunked]])
+    assert _dist(lv.prefill_tok_s) == (2, 192.0, 192.0, 243.2, 254.72, 128.0, 256.0, 192.0, 192.0)
+    assert lv.token_source == "mixed"
+    none = summarise_level("c1", "sweep", 1, 64, 1, [[_failed(i, "connect") for i in range(7)]])
+    assert (none.token_source, none.ok, none.failures) == ("none", 0, {"connect": 7})
+    assert none.failure_examples == ["connect: boom"] * 5, "at most 5 examples"
+    assert astuple(none.tok_s) == (None, None, None) and astuple(none.ttft) == (0, *[None] * 8)
+    unknown = _failed(0, "x")
+    unknown.failure = None
+    assert summarise_level("c1", "sweep", 1, 64, 1, [[unknown]]).failures == {"unknown": 1}
+
+
+def test_empty_repeats_and_distributions() -> None:
+    assert astuple(summarise_repeat(4, [])) == (4, 0, 0, 0, 0.0, 0, 0.0, 0.0, None, None, None)
+    assert Dist.of([]) == Dist() and Span.of([]) == Span()
+    assert astuple(Dist.of([2.0], [[], [2.0]])) == (1, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0)
+
+
+def test_percentile_ends_and_nothing() -> None:
+    assert percentile([1.0, 2.0], 100) == 2.0 and percentile([1.0, 2.0], 0) == 1.0
+    assert percentile([1.0, 3.0], 50) == 2.0 and percentile([0.0, 10.0, 20.0], 75) == 15.0
+    with pytest.raises(ValueError, match="percentile of nothing"):
+        percentile([], 50)
