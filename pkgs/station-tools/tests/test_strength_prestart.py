@@ -207,3 +207,37 @@ def test_meminfo_without_file_pages_names_the_file(
     assert main(["prestart", "--root", str(root), "--settle-seconds", "0", "--no-drop"]) == 1
     err = capsys.readouterr().err
     assert f"cannot read FilePages of NUMA node 1: {meminfo}: no FilePages line" in err
+
+
+def test_at_the_threshold_after_a_drop_there_is_nothing_to_wait_for(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = gb300_root(tmp_path / "root", file_pages_gib=4)
+    rc = main(["prestart", "--root", str(root), "--settle-seconds", "5", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert (rc, report["status"]) == (0, "ok")
+    assert report["waited_s"] < 2.5, "at the threshold the settle loop must not run"
+
+
+def test_node_missing_while_the_layout_is_unreadable_is_cdmm(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = gb300_root(tmp_path / "root")
+    (root / "sys/devices/system/node/online").write_text("garbage\n")  # the layout cannot be read
+    for f in (root / "sys/devices/system/node/node1").iterdir():
+        f.unlink()
+    (root / "sys/devices/system/node/node1").rmdir()
+    rc = main(["prestart", "--root", str(root), "--settle-seconds", "0", "--no-drop", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert (rc, report["status"], report["cdmm"]) == (0, "no-node", True)
+    assert report["message"].endswith("(NUMA node 1 does not exist on this machine)")
+    assert set(report["timings_ms"]) == {"sync", "read", "total"}
+    assert all(isinstance(v, float) for v in report["timings_ms"].values())
+
+
+def test_cdmm_timings(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = one_node_root(tmp_path / "root")
+    assert main(["prestart", "--root", str(root), "--settle-seconds", "0", "--no-drop", "--json"]) == 0
+    timings = json.loads(capsys.readouterr().out)["timings_ms"]
+    assert set(timings) == {"sync", "read", "total"}
+    assert all(isinstance(v, float) for v in timings.values())
