@@ -223,7 +223,7 @@ def test_node_missing_while_the_layout_is_unreadable_is_cdmm(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     root = gb300_root(tmp_path / "root")
-    (root / "sys/devices/system/node/online").write_text("garbage\n")  # the layout cannot be read
+    (root / "sys/devices/system/node/node0/cpulist").write_text("garbage\n")  # the layout cannot be read
     for f in (root / "sys/devices/system/node/node1").iterdir():
         f.unlink()
     (root / "sys/devices/system/node/node1").rmdir()
