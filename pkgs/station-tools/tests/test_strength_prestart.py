@@ -7,6 +7,7 @@ GiB (2^30 bytes). A figure exactly on the threshold must pass and one kB more mu
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import json
 import time
@@ -16,7 +17,8 @@ import pytest
 from sysfs_fixtures import add_container, gb300_root, one_node_root, set_file_pages, write_fake_runtime
 
 from vllm_station.cli import main
-from vllm_station.prestart import log_path, prune_logs, utc_stamp
+from vllm_station.errors import UsageError
+from vllm_station.prestart import log_path, options_from_args, prune_logs, utc_stamp
 
 GiB = 1024**3
 KiB = 1024
@@ -241,3 +243,51 @@ def test_cdmm_timings(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     timings = json.loads(capsys.readouterr().out)["timings_ms"]
     assert set(timings) == {"sync", "read", "total"}
     assert all(isinstance(v, float) for v in timings.values())
+
+
+def _namespace(**kw: object) -> argparse.Namespace:
+    base: dict[str, object] = dict(gpu_node=1, max_file_pages_gib=4.0, settle_seconds=2.0, no_drop=False,
+                                   root=Path("/"), runtime="none", container="vllm-station",
+                                   log_dir=Path("/var/log/vllm-station"), keep_logs=20)  # fmt: skip
+    base.update(kw)
+    return argparse.Namespace(**base)
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"gpu_node": -1}, "--gpu-node must be >= 0, got -1"),
+        ({"max_file_pages_gib": -0.5}, "--max-file-pages-gib must be >= 0, got -0.5"),
+        ({"settle_seconds": -1.0}, "--settle-seconds must be >= 0, got -1.0"),
+        ({"keep_logs": 0}, "--keep-logs must be >= 1, got 0"),
+        ({"runtime": "docker", "container": ""}, "--container must not be empty"),
+    ],
+)
+def test_options_are_checked_even_without_argparse(kw: dict[str, object], message: str) -> None:
+    with pytest.raises(UsageError) as err:
+        options_from_args(_namespace(**kw))
+    assert str(err.value) == message
+
+
+def test_option_boundaries_are_accepted() -> None:
+    opts = options_from_args(_namespace(gpu_node=0, max_file_pages_gib=0.0, settle_seconds=0.0, keep_logs=1,
+                                        no_drop=True, container=""))  # fmt: skip
+    assert (opts.gpu_node, opts.max_file_pages_gib, opts.settle_seconds, opts.keep_logs) == (0, 0.0, 0.0, 1)
+    assert (opts.drop, opts.runtime, opts.container) == (False, "none", "")
+    opts = options_from_args(_namespace(max_file_pages_gib=0.5, runtime="podman", container="c",
+                                        root=Path("/r"), log_dir=Path("/l")))  # fmt: skip
+    assert (opts.max_file_pages_gib, opts.runtime, opts.container, opts.root, opts.log_dir, opts.drop) == (
+        0.5, "podman", "c", Path("/r"), Path("/l"), True)  # fmt: skip
+
+
+def test_timings_are_milliseconds_to_the_microsecond(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = gb300_root(tmp_path / "root")
+    t0 = time.perf_counter()
+    assert main(["prestart", "--root", str(root), "--settle-seconds", "0", "--json"]) == 0
+    wall_ms = (time.perf_counter() - t0) * 1000
+    timings = json.loads(capsys.readouterr().out)["timings_ms"]
+    assert all(round(v, 3) == v for v in timings.values())
+    assert 0.001 <= timings["total"] <= wall_ms
+    assert timings["sync"] + timings["drop"] + timings["read"] <= timings["total"]
