@@ -8,12 +8,17 @@ tried again; any other 4xx to the probe ends the wait at once. Real HTTP on 127.
 from __future__ import annotations
 
 import itertools
+import os
+import subprocess
+import time
 from typing import Any
 
 import pytest
 from faultserver import FaultServer, Reply, Request, fake_openai_routes
 
-from vllm_station.wait_ready import Options, Outcome, wait
+from vllm_station.cli import main
+from vllm_station.errors import UsageError
+from vllm_station.wait_ready import Options, Outcome, _alive, _watch_pid, wait
 
 COMPLETION = {
     "id": "cmpl-1", "object": "text_completion", "created": 0, "model": "fake",
@@ -85,3 +90,100 @@ def test_429_keeps_waiting_until_the_timeout_without_giving_up() -> None:
     assert out.attempts >= 3
     assert "HTTP 429" in out.reason
     assert any("not ready after" in ln and "HTTP 429" in ln for ln in lines)
+
+
+# ---- the rest of wait-ready (mutants the benchmark found: scripts/bench-mutation) ----
+
+
+def test_progress_lines_name_the_wait_and_the_last_reason() -> None:
+    health = failing_first(1, 503, Reply(status=200, body=b""))
+    lines: list[str] = []
+    with FaultServer(serving() | {("GET", "/health"): health}) as srv:
+        out = wait(Options(base_url=srv.url + "/v1", model="fake", timeout_s=20, interval_s=0.05),
+                   progress=lines.append)  # fmt: skip
+    assert out.ready and out.model == "fake"
+    assert lines[0] == f"waiting up to 20 s for {srv.url} (probe every 0.05 s)"
+    assert len(lines) == 2 and lines[1].startswith("not ready after 0 s (try 1): GET /health")
+    assert "HTTP 503" in lines[1]
+
+
+def test_the_first_listed_model_is_probed_and_an_empty_list_waits() -> None:
+    listing = [
+        Reply(json={"object": "list", "data": []}),
+        Reply(json={"object": "list",
+                    "data": [{"id": "m-1", "object": "model"}, {"id": "m-2", "object": "model"}]}),  # fmt: skip
+    ]
+    count = itertools.count()
+
+    def models(_req: Request) -> Reply:
+        return listing[min(next(count), 1)]
+
+    seen: list[str] = []
+
+    def completions(req: Request) -> Reply:
+        seen.append(req.json()["model"])
+        return Reply(json=COMPLETION)
+
+    lines: list[str] = []
+    routes = serving() | {("GET", "/v1/models"): models, ("POST", "/v1/completions"): completions}
+    with FaultServer(routes) as srv:
+        out = wait(Options(base_url=srv.url, timeout_s=20, interval_s=0.05), progress=lines.append)
+    assert (out.ready, out.model, out.attempts, seen) == (True, "m-1", 2, ["m-1"])
+    assert f"GET /v1/models at {srv.url}/v1/models lists no model yet" in lines[1]
+
+
+def test_a_chat_only_server_is_probed_with_chat_and_other_errors_are_not_hidden() -> None:
+    out, _ = run(serving() | {("POST", "/v1/completions"): Reply(status=404, json={"detail": "Not Found"})})
+    assert out.ready and "a 1-token POST /v1/chat/completions for 'fake'" in out.reason
+    broken = {
+        ("POST", "/v1/completions"): Reply(status=404, json={"detail": "Not Found"}),
+        ("POST", "/v1/chat/completions"): Reply(status=404, json={"detail": "no such model"}),
+    }
+    out, _ = run(serving() | broken)
+    assert (out.ready, out.gave_up) == (False, True) and "no such model" in out.reason
+
+
+def test_watch_pid_from_the_argument_or_mainpid(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MAINPID", "4321")
+    assert _watch_pid(None) == 4321 and _watch_pid(77) == 77
+    for value in ("", "0", "-5", "12a"):
+        monkeypatch.setenv("MAINPID", value)
+        assert _watch_pid(None) is None, value
+    monkeypatch.delenv("MAINPID")
+    assert _watch_pid(None) is None
+    with pytest.raises(UsageError, match=r"^--watch-pid must be a process id, got 0$"):
+        _watch_pid(0)
+
+
+def test_alive_sees_a_zombie_as_exited() -> None:
+    assert _alive(os.getpid())
+    child = subprocess.Popen(["true"])
+    deadline = time.monotonic() + 10
+    while _alive(child.pid) and time.monotonic() < deadline:  # exits, then waits unreaped: a zombie
+        time.sleep(0.02)
+    assert not _alive(child.pid)
+    child.wait()
+    assert not _alive(child.pid), "gone altogether"
+
+
+@pytest.mark.parametrize(
+    ("routes", "code", "message"),
+    [
+        ({}, 0, None),
+        ({("POST", "/v1/completions"): Reply(status=403, json={"error": {"message": "no"}})}, 1,
+         "the server refuses the readiness probe (waiting will not help): POST /v1/completions"),
+        ({("POST", "/v1/completions"): Reply(status=503, json={"error": {"message": "warming"}})}, 1,
+         "not ready after 1 s"),
+    ],
+)  # fmt: skip
+def test_run_outcomes(
+    routes: dict[tuple[str, str], Any], code: int, message: str | None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with FaultServer(serving() | routes) as srv:
+        rc = main(["wait-ready", "--base-url", srv.url, "--timeout", "1", "--interval", "0.1"])
+    out, err = capsys.readouterr()
+    assert rc == code
+    if message is None:
+        assert out.startswith("ready after ") and " (1 tries): /health 200 and a 1-token" in out
+    else:
+        assert f"station wait-ready: error: {message}" in err
