@@ -110,8 +110,7 @@ def test_progress_lines_name_the_wait_and_the_last_reason() -> None:
 def test_the_first_listed_model_is_probed_and_an_empty_list_waits() -> None:
     listing = [
         Reply(json={"object": "list", "data": []}),
-        Reply(json={"object": "list",
-                    "data": [{"id": "m-1", "object": "model"}, {"id": "m-2", "object": "model"}]}),  # fmt: skip
+        Reply(json={"object": "list", "data": [{"id": "m-1", "object": "model"}, {"id": "m-2"}]}),
     ]
     count = itertools.count()
 
