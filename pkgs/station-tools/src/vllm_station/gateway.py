@@ -26,6 +26,7 @@ an invalid, unreadable or duplicate key (nothing written), 1 the output could no
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import re
@@ -34,7 +35,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vllm_station import redact
+from vllm_station import bounded, redact
 from vllm_station.errors import EXIT_OK, StationError, UsageError
 
 PREFIX = "vllm-station gateway:"
@@ -78,12 +79,13 @@ class KeySet:
 
 def _read_text(path: Path, what: str) -> str:
     try:
-        with path.open("rb") as f:
-            data = f.read(MAX_FILE_BYTES + 1)
+        data = bounded.read_bytes(path, limit=MAX_FILE_BYTES)  # regular files only: a FIFO cannot hang it
+    except bounded.FileRefused as exc:
+        if exc.errno == errno.EFBIG:
+            raise UsageError(f"{what} {path} is larger than {MAX_FILE_BYTES // 1024} KiB") from exc
+        raise UsageError(f"cannot read {what} {path}: {exc.strerror}") from exc
     except OSError as exc:
         raise UsageError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
-    if len(data) > MAX_FILE_BYTES:
-        raise UsageError(f"{what} {path} is larger than {MAX_FILE_BYTES // 1024} KiB")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
