@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import asyncio
+import ssl
 import threading
 from typing import Any
 
@@ -19,8 +20,14 @@ from vllm_station.bench.sim.server import Simulator, serve
 class SimServer:
     """In-process simulator on its own event loop thread (tests); `with SimServer(cfg) as s: s.base_url`."""
 
-    def __init__(self, config: SimConfig | None = None, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self,
+        config: SimConfig | None = None,
+        host: str = "127.0.0.1",
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
         self.config = config or SimConfig()
+        self.ssl_context = ssl_context
         self.host = host
         self.port = 0
         self.sim: Simulator | None = None
@@ -30,11 +37,11 @@ class SimServer:
 
     @property
     def base_url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{'https' if self.ssl_context else 'http'}://{self.host}:{self.port}"
 
     def __enter__(self) -> SimServer:
         self._thread.start()
-        fut = asyncio.run_coroutine_threadsafe(serve(self.config, self.host, 0), self._loop)
+        fut = asyncio.run_coroutine_threadsafe(serve(self.config, self.host, 0, self.ssl_context), self._loop)
         self._runner, self.sim, self.port = fut.result(timeout=10)
         return self
 

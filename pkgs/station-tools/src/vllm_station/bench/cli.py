@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from vllm_station import argtypes
-from vllm_station.api import load_api_key, split_base_url
+from vllm_station.api.args import add_endpoint_args, endpoint_from_args
 from vllm_station.bench import dataset, outputs
 from vllm_station.bench import expect as expect_mod
 from vllm_station.bench.modes import DEFAULT_LEVELS, BenchOptions, Count, execute, plan
@@ -116,17 +116,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = (expect_mod.__doc__ or "") + "\n" + (__doc__ or "").split("\n\n", 1)[1]
     parser.add_argument("mode", nargs="?", choices=("sweep", "burst", "prefill"), default="sweep")
-    parser.add_argument(
-        "--base-url",
-        default=os.environ.get("STATION_BASE_URL", "http://127.0.0.1:8000"),
-        help="server root or …/v1 (default $STATION_BASE_URL or http://127.0.0.1:8000)",
+    default_url = os.environ.get("STATION_BASE_URL", "http://127.0.0.1:8000")
+    add_endpoint_args(
+        parser,
+        default_url=default_url,
+        url_help=f"server root or …/v1, http or https (default $STATION_BASE_URL or {default_url})",
     )
     parser.add_argument("--model", default=None, help="model name (default: the first of /v1/models)")
-    parser.add_argument(
-        "--api-key-file",
-        metavar="FILE",
-        help="file holding the API key (default: $STATION_API_KEY, else $OPENAI_API_KEY, else no key)",
-    )
     parser.add_argument(
         "--concurrency",
         "-c",
@@ -318,11 +314,13 @@ def options(args: argparse.Namespace) -> BenchOptions:
         raise UsageError(
             "--input-len and --prompts exclude each other: the file's prompts have their own length"
         )
+    endpoint = endpoint_from_args(args)
     opts = BenchOptions(
         mode=mode,
-        base_url=split_base_url(args.base_url)[0],
+        base_url=endpoint.root_url,
         model=args.model,
-        api_key=load_api_key(args.api_key_file),
+        api_key=endpoint.api_key,
+        ca_file=str(endpoint.ca_file) if endpoint.ca_file else None,
         levels=levels,
         warmup=Count.parse(args.warmup or d_warm),
         requests=Count.parse(args.requests or d_req),

@@ -18,6 +18,7 @@ from typing import Any
 
 import aiohttp
 
+from vllm_station.api.client import tls_context
 from vllm_station.bench.wire import RawResult, WireClient
 
 __all__ = ["BenchClient", "Fetched", "RawResult", "run_burst", "run_closed_loop"]
@@ -57,6 +58,7 @@ class BenchClient:
         base_url: str,
         *,
         api_key: str | None,
+        ca_file: str | None = None,
         max_concurrency: int,
         timeout: float,
         path: str = "/v1/chat/completions",
@@ -69,11 +71,14 @@ class BenchClient:
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
         self.headers = headers
-        self.wire = WireClient(self.base_url, path, headers, timeout, max_body=max_body)
+        self.tls = tls_context(ca_file) if self.base_url.startswith("https:") else None
+        self.wire = WireClient(self.base_url, path, headers, timeout, max_body=max_body, tls=self.tls)
         self._session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> BenchClient:
-        connector = aiohttp.TCPConnector(limit=self.limit, limit_per_host=self.limit)
+        connector = aiohttp.TCPConnector(
+            limit=self.limit, limit_per_host=self.limit, ssl=self.tls if self.tls is not None else True
+        )
         self._session = aiohttp.ClientSession(connector=connector, headers=self.headers)
         return self
 

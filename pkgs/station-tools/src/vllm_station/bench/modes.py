@@ -81,6 +81,7 @@ class BenchOptions:
     base_url: str = "http://127.0.0.1:8000"
     model: str | None = None
     api_key: str | None = None
+    ca_file: str | None = None  # verify https against this CA bundle only (a gateway's private CA)
     levels: list[int] = field(default_factory=lambda: list(DEFAULT_LEVELS["sweep"]))
     warmup: Count = field(default_factory=lambda: Count(1, True))
     requests: Count = field(default_factory=lambda: Count(4, True))
@@ -471,6 +472,7 @@ async def execute(opts: BenchOptions, prompt_file: PromptFile | None = None) -> 
     async with BenchClient(
         opts.base_url,
         api_key=opts.api_key,
+        ca_file=opts.ca_file,
         max_concurrency=max_c,
         timeout=opts.timeout,
         max_body=response_limit(opts.output_len),

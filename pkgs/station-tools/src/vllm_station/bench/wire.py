@@ -241,13 +241,16 @@ class WireClient:
         timeout: float,
         *,
         max_body: int | None = None,
+        tls: ssl.SSLContext | bool | None = None,
     ) -> None:
         u = urlsplit(base_url)
         self.max_body = max_body
         self.host = u.hostname or "127.0.0.1"
         self.tls = u.scheme == "https"
         self.port = u.port or (443 if self.tls else 80)
-        self.ssl: ssl.SSLContext | None = ssl.create_default_context() if self.tls else None
+        # https: the context given (a --ca-file), else the system's CAs
+        context = tls if isinstance(tls, ssl.SSLContext) else ssl.create_default_context()
+        self.ssl: ssl.SSLContext | None = context if self.tls else None
         self.timeout = timeout
         prefix = (u.path or "").rstrip("/")
         host_header = self.host if u.port is None else f"{self.host}:{self.port}"

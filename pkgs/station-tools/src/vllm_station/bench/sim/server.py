@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import ssl
 import statistics
 import time
 import uuid
@@ -585,13 +586,16 @@ def _tool_call_pieces(tools: list[dict[str, Any]], tool_choice: Any) -> list[dic
     return [first, *rest]
 
 
-async def serve(config: SimConfig, host: str, port: int) -> tuple[web.AppRunner, Simulator, int]:
-    """Start a simulator on host:port (0: a free port); returns its runner, its records and the bound port."""
+async def serve(
+    config: SimConfig, host: str, port: int, ssl_context: ssl.SSLContext | None = None
+) -> tuple[web.AppRunner, Simulator, int]:
+    """Start a simulator on host:port (0: a free port); returns its runner, its records and the bound port.
+    With `ssl_context` it speaks https (tests of `--ca-file`)."""
     _install_arrival_stamp()
     sim = Simulator(config)
     runner = web.AppRunner(sim.app(), access_log=None, handle_signals=False)
     await runner.setup()
-    site = web.TCPSite(runner, host, port, backlog=2048, reuse_address=True)
+    site = web.TCPSite(runner, host, port, backlog=2048, reuse_address=True, ssl_context=ssl_context)
     await site.start()
     actual = port
     for addr in runner.addresses:  # the bound port when port 0 asked for a free one
