@@ -218,12 +218,11 @@ def test_a_slow_but_progressing_long_prefill_is_never_restarted(insim: object) -
         assert restarts == [] and dog.restarts == 0, (names, lines)
         assert "wedged" not in names, lines
         assert names.count("busy") >= 3, (names, lines)
-        counters = [k for k in watchdog.PROGRESS if k != "vllm:kv_cache_usage_perc"]
-        busy = [v for v in verdicts if v.verdict == "busy"]
-        gen = [v.figures.get("generation_tokens") for v in busy]
-        assert len(set(gen)) == 1, f"counters moved during the prefill: {gen}"
-        assert all("kv_cache_usage_perc moved" in v.reason for v in busy), [v.reason for v in busy]
-        assert counters  # the signature without the KV cache would have read `wedged` on every busy look
+        # Looks where only the KV cache moved: without it in the signature each would read `wedged`;
+        # a run of 3 of them would have restarted the unit.
+        kv_only = [v.verdict == "busy" and v.reason.endswith("(kv_cache_usage_perc moved)") for v in verdicts]
+        longest = max((len(run) for run in "".join("k" if k else "." for k in kv_only).split(".")), default=0)
+        assert longest >= dog.opts.wedge_verdicts, ([v.reason for v in verdicts], lines)
     finally:
         dog.close()
 
