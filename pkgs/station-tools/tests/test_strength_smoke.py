@@ -23,8 +23,17 @@ from faultserver import (
     tool_call,
 )
 
+from vllm_station.api.errors import (
+    ApiError,
+    ApiTimeout,
+    ApiUnreachable,
+    HttpStatusError,
+    ProtocolError,
+    StreamError,
+)
+from vllm_station.api.models import ToolCall
 from vllm_station.cli import main
-from vllm_station.smoke import CHECKS
+from vllm_station.smoke import CHECKS, error_kind, judge_tool_calls
 
 FRAGMENTS = -(-len(WEATHER_ARGS) // 7)  # chat_chunks sends the arguments 7 characters at a time
 
@@ -102,3 +111,54 @@ def test_plain_tool_call_without_finish_reason_tool_calls_warns(
     assert plain["details"]["arguments"] == {"location": "Paris", "unit": "celsius"}  # type: ignore[index]
     # the streamed call is still compared with the plain one: a WARN keeps its arguments
     assert checks["tool_call_stream"]["details"]["matches_non_streamed"] is True  # type: ignore[index]
+
+
+# ---- the tool-call judge, every branch exactly (mutants the benchmark found: scripts/bench-mutation) ----
+
+
+def _call(name: str | None = "get_weather", arguments: str = WEATHER_ARGS, type_: str | None = "function",
+          index: int = 0) -> ToolCall:  # fmt: skip
+    return ToolCall(index=index, id=f"call_{index}", type=type_, name=name, arguments=arguments)
+
+
+@pytest.mark.parametrize(
+    ("calls", "content", "ok", "reason"),
+    [
+        ([], None, False, "no tool call"),
+        ([], "   ", False, "no tool call"),
+        ([], "It is sunny in Paris.", False,
+         "no tool call: the model answered in text: 'It is sunny in Paris.'"),
+        ([_call(), _call("lookup", index=1)], None, False,
+         "2 tool calls (get_weather, lookup); expected exactly one"),
+        ([_call(type_="code")], None, False, "tool call type is 'code', expected 'function'"),
+        ([_call(type_=None)], None, False, "tool call type is None, expected 'function'"),
+        ([_call("get_time")], None, False, "tool call name is 'get_time', expected 'get_weather'"),
+        ([_call(arguments='{"location": ')], None, False,
+         "get_weather arguments are not valid JSON (JSONDecodeError: "
+         "Expecting value: line 1 column 14 (char 13)): '{\"location\":'"),
+        ([_call(arguments='["Paris"]')], None, False,
+         "get_weather arguments are a JSON list, expected an object: '[\"Paris\"]'"),
+        ([_call(arguments='{"location": "  "}')], None, False,
+         "get_weather arguments have no non-empty 'location': '{\"location\": \" \"}'"),
+        ([_call(arguments='{"location": 5}')], None, False,
+         "get_weather arguments have no non-empty 'location': '{\"location\": 5}'"),
+        ([_call(arguments='{"location": "Zürich"}')], "ok", True, 'get_weather({"location": "Zürich"})'),
+    ],
+)  # fmt: skip
+def test_judge_tool_calls(calls: list[ToolCall], content: str | None, ok: bool, reason: str) -> None:
+    verdict = judge_tool_calls(calls, content)
+    assert (verdict.ok, verdict.reason) == (ok, reason)
+    if ok or "non-empty 'location'" in reason:
+        assert verdict.arguments == json.loads(calls[0].arguments)
+    else:
+        assert verdict.arguments is None
+
+
+def test_error_kinds() -> None:
+    url = "http://127.0.0.1:1/v1/x"
+    assert error_kind(ApiUnreachable("down", kind="refused", url=url)) == "unreachable"
+    assert error_kind(ApiTimeout("slow", url=url, timeout_s=1.0)) == "timeout"
+    assert error_kind(HttpStatusError("HTTP 500", url=url, status=500, body="")) == "http"
+    assert error_kind(StreamError("cut", url=url)) == "stream"
+    assert error_kind(ProtocolError("bad", url=url)) == "protocol"
+    assert error_kind(ApiError("other")) == "api"
