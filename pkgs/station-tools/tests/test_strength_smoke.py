@@ -162,3 +162,41 @@ def test_error_kinds() -> None:
     assert error_kind(StreamError("cut", url=url)) == "stream"
     assert error_kind(ProtocolError("bad", url=url)) == "protocol"
     assert error_kind(ApiError("other")) == "api"
+
+
+def test_the_good_path_report_exactly(srv: FaultServer, capsys: pytest.CaptureFixture[str]) -> None:
+    code, checks = smoke(capsys, srv.url)
+    assert code == 0
+    for c in checks.values():
+        assert isinstance(c["latency_s"], float) and c["latency_s"] >= 0 and c["error"] is None
+    usage = {"prompt_tokens": 12, "completion_tokens": 7, "total_tokens": 19}
+    args = {"location": "Paris", "unit": "celsius"}
+    stream_reason = (
+        f"get_weather streamed in {FRAGMENTS + 4} chunks ({FRAGMENTS} argument fragments), "
+        "same arguments as the non-streamed call; finish_reason=tool_calls"
+    )
+    assert {n: (c["result"], c["reason"]) for n, c in checks.items()} == {
+        "models": ("pass", "serves fake (the only model listed, max_model_len 2048)"),
+        "chat": ("pass",
+                 "'Hello from the fault server.'; finish_reason=stop, 12 prompt + 7 completion tokens"),
+        "tool_call": ("pass",
+                      'get_weather({"location": "Paris", "unit": "celsius"}); finish_reason=tool_calls'),
+        "tool_call_stream": ("pass", stream_reason),
+    }  # fmt: skip
+    assert checks["models"]["details"] == {"models": ["fake"], "max_model_len": 2048}
+    assert checks["chat"]["details"] == {
+        "finish_reason": "stop", "usage": usage, "content_chars": 28, "reasoning_chars": 0,
+    }  # fmt: skip
+    assert checks["tool_call"]["details"] == {
+        "finish_reason": "tool_calls", "usage": usage, "tool_calls": 1, "name": "get_weather",
+        "arguments": args, "content_chars": 0,
+    }  # fmt: skip
+    stream = dict(checks["tool_call_stream"]["details"])  # type: ignore[call-overload]
+    assert isinstance(stream.pop("first_chunk_s"), float)
+    assert stream == {
+        "finish_reason": "tool_calls",
+        "usage": {"prompt_tokens": 12, "completion_tokens": 9, "total_tokens": 21},
+        "tool_calls": 1, "name": "get_weather", "arguments": args, "content_chars": 0,
+        "chunks": FRAGMENTS + 4, "name_deltas": 1, "argument_fragments": FRAGMENTS,
+        "matches_non_streamed": True,
+    }  # fmt: skip
