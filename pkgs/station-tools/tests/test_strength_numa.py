@@ -1,0 +1,125 @@
+"""Mutants of the NUMA binding (`vllm_station.host.numa`, `membind`; scripts/bench-mutation): node lists as
+numactl and the kernel write them, the per-process files under /proc, and the binding this process gets
+from real libnuma on this machine."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from vllm_station.errors import StationError, UsageError
+from vllm_station.host import numa
+from vllm_station.membind import bind_memory
+
+
+@pytest.mark.parametrize(
+    ("spec", "nodes"),
+    [("0", [0]), (" 3 ", [3]), ("0,2", [0, 2]), ("0-3", [0, 1, 2, 3]), ("0-1,4", [0, 1, 4]),
+     ("4, 1 - 2 ,1", [1, 2, 4]), ("2-2", [2]), ("1023", [1023]), ("1022-1023", [1022, 1023])],
+)  # fmt: skip
+def test_parse_nodes(spec: str, nodes: list[int]) -> None:
+    assert numa.parse_nodes(spec) == nodes
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("", "empty NUMA node list: give nodes like 0, 0,1 or 0-3"),
+        ("  ", "empty NUMA node list: give nodes like 0, 0,1 or 0-3"),
+        ("0,,1", "cannot parse NUMA node list '0,,1': give nodes like 0, 0,1 or 0-3"),
+        ("a", "cannot parse NUMA node list 'a': give nodes like 0, 0,1 or 0-3"),
+        ("-1", "cannot parse NUMA node list '-1': give nodes like 0, 0,1 or 0-3"),
+        ("3-1", "cannot parse NUMA node list '3-1': range 3-1 runs backwards"),
+        ("1024", "NUMA node list '1024': node 1024 is above 1023 (the kernel supports at most 1024 nodes)"),
+        ("0-1024",
+         "NUMA node list '0-1024': node 1024 is above 1023 (the kernel supports at most 1024 nodes)"),
+    ],
+)
+def test_parse_nodes_refuses(spec: str, message: str) -> None:
+    with pytest.raises(UsageError) as err:
+        numa.parse_nodes(spec)
+    assert str(err.value) == message
+
+
+@pytest.mark.parametrize(
+    ("nodes", "text"),
+    [([], ""), ([0], "0"), ([0, 1], "0-1"), ([0, 1, 2, 5], "0-2,5"), ([5, 0, 1, 1], "0-1,5"),
+     ([1, 3, 5], "1,3,5"), ([7, 8, 9, 10, 12, 13], "7-10,12-13")],
+)  # fmt: skip
+def test_format_nodes(nodes: list[int], text: str) -> None:
+    assert numa.format_nodes(nodes) == text
+    if nodes:
+        assert numa.parse_nodes(text) == sorted(set(nodes))
+
+
+def test_policy_describe() -> None:
+    assert numa.MemPolicy(numa.MPOL_DEFAULT, "default", []).describe() == "default"
+    assert numa.MemPolicy(numa.MPOL_BIND, "bind", [0, 1, 3]).describe() == "bind:0-1,3"
+
+
+def _status(tmp_path: Path, pid: str, text: str) -> Path:
+    d = tmp_path / pid
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "status").write_text(text)
+    return d / "status"
+
+
+def test_mems_allowed_from_proc(tmp_path: Path) -> None:
+    _status(tmp_path, "42", "Name:\tx\nCpus_allowed_list:\t0-3\nMems_allowed_list:\t0-1,3\n")
+    assert numa.mems_allowed(42, tmp_path) == [0, 1, 3]
+    _status(tmp_path, "43", "Mems_allowed_list:\t\n")
+    assert numa.mems_allowed("43", tmp_path) == []
+    path = _status(tmp_path, "44", "Name:\tx\n")
+    with pytest.raises(StationError) as err:
+        numa.mems_allowed(44, tmp_path)
+    assert str(err.value) == f"{path} has no Mems_allowed_list line (kernel without cpusets?)"
+    with pytest.raises(StationError) as err:
+        numa.mems_allowed(45, tmp_path)
+    assert str(err.value) == f"cannot read {tmp_path / '45' / 'status'}: No such file or directory"
+    assert numa.mems_allowed() == numa.mems_allowed(os.getpid())
+
+
+def test_policy_of_pid_is_the_most_common_policy(tmp_path: Path) -> None:
+    (tmp_path / "7").mkdir()
+    (tmp_path / "7/numa_maps").write_text(
+        "55d0 bind:0 file=/usr/bin/python3 mapped=1\n"
+        "55d1 bind:0 heap anon=3\n"
+        "7f00 interleave:0-1 anon=9\n"
+        "7f01 bind:0 stack anon=2\n"
+        "not a mapping line\n"
+    )
+    assert numa.policy_of_pid(7, tmp_path) == "bind:0"
+    (tmp_path / "8").mkdir()
+    (tmp_path / "8/numa_maps").write_text("garbage\n")
+    with pytest.raises(StationError) as err:
+        numa.policy_of_pid("8", tmp_path)
+    assert str(err.value) == f"{tmp_path / '8' / 'numa_maps'} lists no mappings"
+    with pytest.raises(StationError) as err:
+        numa.policy_of_pid(9, tmp_path)
+    assert str(err.value) == f"cannot read {tmp_path / '9' / 'numa_maps'}: No such file or directory"
+
+
+def test_bind_memory_in_a_child_reports_the_kernel_read_back() -> None:
+    """The real libnuma on this machine, in a fork (the binding is per process and must not stay here)."""
+    if not numa.available():
+        pytest.skip("libnuma is not loadable here (apt-get install libnuma1; scripts/check installs it)")
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.close(r)
+        try:
+            out = "|".join([bind_memory("0", "test"), numa.policy_of_pid(), numa.get_mempolicy().describe()])
+        except BaseException as exc:
+            out = f"error: {exc}"
+        os.write(w, out.encode())
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as f:
+        got = f.read()
+    os.waitpid(pid, 0)
+    assert got == "bind:0|bind:0|bind:0"
+    with pytest.raises(UsageError, match="NUMA node 1023 does not exist on this machine"):
+        bind_memory("1023", "test")
+    assert numa.get_mempolicy().describe() == "default", "a refused binding leaves this process unbound"
