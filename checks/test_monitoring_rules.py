@@ -157,7 +157,7 @@ def test_the_textfile_directory_is_one_contract(r: Rendered) -> None:
     assert f"--collector.textfile.directory={textfile.DEFAULT_DIR}" in r.node_exporter_args
     assert {"--collector.systemd", "--collector.systemd.enable-restarts-metrics"} <= set(r.node_exporter_args)
     watchdog = r.units["vllm-station-watchdog.service"]
-    assert f"ReadWritePaths={textfile.DEFAULT_DIR}" in watchdog
+    assert f"ReadWritePaths=-{textfile.DEFAULT_DIR}" in watchdog
 
 
 def test_the_dashboard_is_provisioned_with_its_data_source(r: Rendered) -> None:

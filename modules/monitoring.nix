@@ -366,7 +366,8 @@ in
             ExecStart = withKey probeArgs;
             DynamicUser = true;
             SupplementaryGroups = [ metricsGroup ]; # writes station-probe.prom into the textfile directory
-            ReadWritePaths = [ textfileDir ];
+            # `-`: a missing directory (tmpfiles not run yet) fails the export, not the unit's start
+            ReadWritePaths = [ "-${textfileDir}" ];
             TimeoutStartSec = 3 * cfg.probe.timeout;
           }
           // keyCredential;
@@ -394,7 +395,7 @@ in
           // {
             ExecStart = withKey watchdogArgs;
             # root (no DynamicUser): restarting a unit is a call to the system manager that only root may make
-            ReadWritePaths = [ textfileDir ];
+            ReadWritePaths = [ "-${textfileDir}" ]; # as the probe's
             Restart = "on-failure";
             RestartSec = 10;
           }

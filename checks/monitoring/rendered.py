@@ -158,3 +158,21 @@ def local_config(
 
 def env_without_keys() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in ("STATION_API_KEY", "OPENAI_API_KEY")}
+
+
+@functools.cache
+def node_exporter_args() -> list[str]:
+    """Only the node exporter's rendered command line (one lazy evaluation; the system tier needs no more)."""
+    require_nix()
+    tree = require_tree(
+        "NIXOS_TREE", "nixos/lib/eval-config.nix", "the monitoring checks (rendered by NixOS)"
+    )
+    proc = run_nix(
+        ["nix-instantiate", "--eval", "--strict", "--json", str(RENDER), "--argstr", "nixosTree", str(tree),
+         "-A", "nodeExporterArgs"],
+        timeout=600,
+    )  # fmt: skip
+    if proc.returncode != 0:
+        raise AssertionError(f"rendering the node exporter failed:\n{proc.stderr[-4000:]}")
+    args: list[str] = json.loads(proc.stdout)
+    return args
