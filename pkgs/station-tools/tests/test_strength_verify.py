@@ -141,3 +141,87 @@ def test_outside_names_do_not_hide_the_inside_checks(tmp_path: Path) -> None:
     problems = problems_of(d)
     assert Problem(INDEX_NAME, f"names a shard outside the directory: {str(outside)!r}") in problems
     assert Problem("missing.safetensors", f"listed in {INDEX_NAME} but missing") in problems
+
+
+# ---- every refusal of a tensor entry, exactly (mutants found in checkpoint/safetensors.py) ----
+
+
+def header_file(path: Path, header: object, data_len: int = 0, raw: bytes | None = None) -> Path:
+    body = raw if raw is not None else json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(body)) + body + bytes(data_len))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ([1, 2], "tensor 't' is not an object: [1, 2]"),
+        ({"dtype": "F32", "shape": [1]},
+         "tensor 't' has no data_offsets: {\"dtype\": \"F32\", \"shape\": [1]}"),
+        ({"shape": [1]}, "tensor 't' has no dtype, data_offsets: {\"shape\": [1]}"),
+        ({"dtype": "F99", "shape": [1], "data_offsets": [0, 4]},
+         "tensor 't' has the unknown dtype \"F99\" (the safetensors library refuses it)"),
+        ({"dtype": 5, "shape": [1], "data_offsets": [0, 4]},
+         "tensor 't' has the unknown dtype 5 (the safetensors library refuses it)"),
+        ({"dtype": "F32", "shape": [1, -1], "data_offsets": [0, 4]},
+         "tensor 't' has a shape that is not a list of integers in 0..2^64: [1, -1]"),
+        ({"dtype": "F32", "shape": [True], "data_offsets": [0, 4]},
+         "tensor 't' has a shape that is not a list of integers in 0..2^64: [true]"),
+        ({"dtype": "F32", "shape": [2**64], "data_offsets": [0, 4]},
+         "tensor 't' has a shape that is not a list of integers in 0..2^64: [18446744073709551616]"),
+        ({"dtype": "F32", "shape": [1], "data_offsets": [0]},
+         "tensor 't' has data_offsets that are not [begin, end]: [0]"),
+        ({"dtype": "F32", "shape": [1], "data_offsets": [0, 4, 8]},
+         "tensor 't' has data_offsets that are not [begin, end]: [0, 4, 8]"),
+        ({"dtype": "F32", "shape": [1], "data_offsets": "0-4"},
+         "tensor 't' has data_offsets that are not [begin, end]: \"0-4\""),
+        ({"dtype": "F32", "shape": [1], "data_offsets": [8, 4]},
+         "tensor 't' ends at 4, before it begins at 8"),
+        ({"dtype": "U8", "shape": [2**32, 2**32], "data_offsets": [0, 0]},
+         "tensor 't' (U8 [4294967296, 4294967296]) has more elements than 64 bits count"),
+        ({"dtype": "F64", "shape": [2**61], "data_offsets": [0, 0]},
+         "tensor 't' (F64 [2305843009213693952]) has more bits than 64 bits count"),
+        ({"dtype": "F4", "shape": [3], "data_offsets": [0, 1]},
+         "tensor 't' (F4 [3]) is 12 bits, not a whole number of bytes"),
+        ({"dtype": "U8", "shape": [1] * 65, "data_offsets": [0, 1]},
+         f"tensor 't' (U8 {[1] * 65}) has a shape numpy and torch cannot hold (at most 64 dimensions, "
+         "sizes below 2^63)"),
+        ({"dtype": "I16", "shape": [2**62, 0], "data_offsets": [0, 0]},
+         "tensor 't' (I16 [4611686018427387904, 0]) has a shape numpy and torch cannot hold (at most 64 "
+         "dimensions, sizes below 2^63)"),
+    ],
+)  # fmt: skip
+def test_tensor_entry_refusals(tmp_path: Path, entry: object, message: str) -> None:
+    assert refusal(header_file(tmp_path / "t.safetensors", {"t": entry}, 8)) == message
+
+
+def test_accepted_edges(tmp_path: Path) -> None:
+    ok = {"dtype": "U8", "shape": [1] * 64, "data_offsets": [0, 1], "extra": {"ignored": [1, 2]}}
+    assert read_shard_header(header_file(tmp_path / "a.safetensors", {"t": ok}, 1))["t"].end == 1
+    zero = {"dtype": "I16", "shape": [2**61, 0], "data_offsets": [0, 0]}  # 2^62 bytes of extent: below 2^63
+    assert read_shard_header(header_file(tmp_path / "b.safetensors", {"t": zero}))["t"].shape == [2**61, 0]
+    meta = {"__metadata__": {"format": "pt"}, "t": {"dtype": "U8", "shape": [2], "data_offsets": [0, 2]}}
+    assert set(read_shard_header(header_file(tmp_path / "c.safetensors", meta, 2))) == {"t"}
+    null_meta = {"__metadata__": None, "t": {"dtype": "U8", "shape": [2], "data_offsets": [0, 2]}}
+    assert set(read_shard_header(header_file(tmp_path / "d.safetensors", null_meta, 2))) == {"t"}
+
+
+def test_file_level_refusals(tmp_path: Path) -> None:
+    short = tmp_path / "short.safetensors"
+    short.write_bytes(b"\x01\x00\x00")
+    assert refusal(short) == "file is 3 bytes, too short for a safetensors header (truncated?)"
+    huge = tmp_path / "huge.safetensors"
+    huge.write_bytes(struct.pack("<Q", 100_000_001) + b"{}")
+    assert refusal(huge) == "header length 100000001 exceeds 100000000: not a safetensors file"
+    past = tmp_path / "past.safetensors"
+    past.write_bytes(struct.pack("<Q", 20) + b"{}")
+    assert refusal(past) == "header length 20 runs past the end of the file (10 bytes): truncated?"
+    fits = tmp_path / "fits.safetensors"
+    fits.write_bytes(struct.pack("<Q", 2) + b"{}")
+    assert read_shard_header(fits) == {}
+    bad_meta = header_file(tmp_path / "meta.safetensors", {"__metadata__": {"a": 1}})
+    assert refusal(bad_meta) == '__metadata__ is not an object of strings: {"a": 1}'
+    listed = header_file(tmp_path / "list.safetensors", [1])
+    assert refusal(listed) == "header is not a JSON object (list)"
+    two = header_file(tmp_path / "two.safetensors", None, raw=b'{"a": [1], "b": [2]}')
+    assert refusal(two) == "tensor 'a' is not an object: [1]; tensor 'b' is not an object: [2]"
