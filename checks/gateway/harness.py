@@ -119,8 +119,10 @@ def finish_render(proc: subprocess.Popen[str], timeout: float = 600) -> dict[str
     return result
 
 
-def render(ports: Ports, nixos_tree: str) -> dict[str, Any]:
-    return finish_render(start_render(ports, nixos_tree))
+def render(
+    ports: Ports, nixos_tree: str, variants: tuple[str, ...] = ("example", "round-robin")
+) -> dict[str, Any]:
+    return finish_render(start_render(ports, nixos_tree, variants))
 
 
 def exec_argv(unit_text: str, key: str = "ExecStart") -> list[str]:
