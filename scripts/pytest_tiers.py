@@ -40,16 +40,37 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     for marker in TIER_MARKERS:
         config.addinivalue_line("markers", f"{marker}: test tier '{TIER_NAMES[marker]}'")
+    config.addinivalue_line("markers", "xdist_group(name): run on one xdist worker with its group")
+
+
+# Tiers whose tests share one expensive thing across files (a real vLLM server, the machine a real
+# systemd boots, the Nix-built package): each runs on one xdist worker, in order.
+SHARED_TIERS = ("realvllm", "system", "build_env")
+
+
+def tier_of(item: pytest.Item) -> str:
+    return next((m for m in TIER_MARKERS if item.get_closest_marker(m)), "unit")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        tier = next((m for m in TIER_MARKERS if item.get_closest_marker(m)), "unit")
+        tier = tier_of(item)
         _tier_of[item.nodeid] = tier
+        # With `-n N --dist loadgroup` (scripts/check): a file's tests stay on one worker (module-scoped
+        # fixtures such as one NixOS evaluation run once), and each shared tier stays on one worker.
+        group = tier if tier in SHARED_TIERS else item.nodeid.split("::", 1)[0]
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
+def _report_tier(report: pytest.TestReport) -> str:
+    # Under xdist the controller collects nothing: the tier comes from the report's markers.
+    if report.nodeid in _tier_of:
+        return _tier_of[report.nodeid]
+    return next((m for m in TIER_MARKERS if m in report.keywords), "unit")
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    tier = _tier_of.get(report.nodeid, "unit")
+    tier = _report_tier(report)
     bucket = _results[tier]
     if report.when == "call" or (report.when == "setup" and not report.passed):
         if report.passed:

@@ -47,6 +47,7 @@ python3Packages.buildPythonApplication {
       numpy
       pytestCheckHook
       pytest-timeout
+      pytest-xdist
       (safetensors.overridePythonAttrs { doCheck = false; })
     ])
     # `station copy`'s tests run a real rsync daemon
