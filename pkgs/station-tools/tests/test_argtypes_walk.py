@@ -124,3 +124,30 @@ def test_seconds_refuse_nan_inf_and_out_of_range(value: float, zero_ok: bool) ->
     else:
         with pytest.raises(argparse.ArgumentTypeError, match="seconds"):
             t(repr(value))
+
+
+def _parsers() -> list[tuple[str, argparse.ArgumentParser]]:
+    found: list[tuple[str, argparse.ArgumentParser]] = []
+
+    def walk(parser: argparse.ArgumentParser, path: str) -> None:
+        found.append((path, parser))
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    walk(sub, f"{path} {name}")
+
+    for name in cli.COMMANDS:
+        try:
+            parser = cli.build_parser(name)
+        except cli.CommandUnavailable:
+            continue
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        walk(sub.choices[name], name)
+    return found
+
+
+@pytest.mark.parametrize(("path", "parser"), _parsers(), ids=[p for p, _ in _parsers()])
+def test_every_help_renders(path: str, parser: argparse.ArgumentParser) -> None:
+    """argparse %-formats help strings: a bare "90%" in one is a traceback at `--help` time."""
+    text = parser.format_help()
+    assert path.split()[-1] in text

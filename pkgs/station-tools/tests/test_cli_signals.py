@@ -57,6 +57,9 @@ CLOSED_STDOUT: dict[str, list[list[str]]] = {
     "copy": [["copy", "--help"]],
     "probe": [["probe", "--help"]],
     "watchdog": [["watchdog", "--help"]],
+    "gateway": [["gateway", "--help"]],
+    "gates": [["gates", "list"], ["gates", "--help"]],
+    "golive": [["golive", "--help"]],
 }
 
 

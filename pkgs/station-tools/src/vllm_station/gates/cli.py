@@ -129,14 +129,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--no-stream", action="store_true", help="ask non-streamed (default: streamed, as agents do)"
     )
     needle = verb(
-        "needle", "long-context retrieval: needles at exact prompt lengths up to ~90% of max_model_len"
+        "needle", "long-context retrieval: needles at exact prompt lengths up to 90 percent of max_model_len"
     )
     _common(needle, 900.0, 256)
     needle.add_argument(
         "--lengths",
         default=",".join(DEFAULT_LENGTHS),
-        help="prompt lengths: N% of max_model_len, Nk (x1024) or tokens (default "
-        + ",".join(DEFAULT_LENGTHS)
+        help="prompt lengths: N%% of max_model_len, Nk (x1024) or tokens (default "
+        + ",".join(DEFAULT_LENGTHS).replace("%", "%%")
         + ")",
     )
     needle.add_argument(
