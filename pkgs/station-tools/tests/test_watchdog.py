@@ -9,20 +9,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import stat
 import subprocess
-import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from conftest import VllmServer, free_port
 from simserver import SimServer
 
-from vllm_station import textfile, watchdog
+from vllm_station import cli, textfile, watchdog
 from vllm_station.api.args import endpoint_from_args
 from vllm_station.bench.sim.config import SimConfig
 from vllm_station.bench.sim.process import SimProcess
@@ -270,18 +270,27 @@ def _fake_systemctl(tmp_path: Path, show: str) -> Path:
     return script
 
 
-def _station(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "vllm_station", "watchdog", *args],
-        capture_output=True, text=True, timeout=timeout, check=False,
-        env={k: v for k, v in os.environ.items() if k not in ("STATION_API_KEY", "OPENAI_API_KEY")},
-    )  # fmt: skip
+@pytest.fixture
+def station(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Callable[..., Any]:
+    """`station watchdog ARGS` in this process (cli.main: the exit code, stdout and stderr), without a key."""
+    monkeypatch.delenv("STATION_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        capsys.readouterr()
+        code = cli.main(["watchdog", *args])
+        out = capsys.readouterr()
+        return subprocess.CompletedProcess(list(args), code, out.out, out.err)
+
+    return run
 
 
-def test_cli_restarts_the_unit_through_systemctl_and_exports(insim: object, tmp_path: Path) -> None:
+def test_cli_restarts_the_unit_through_systemctl_and_exports(
+    insim: object, tmp_path: Path, station: Callable[..., Any]
+) -> None:
     sim: SimServer = insim(engine="wedge")  # type: ignore[operator]
     systemctl = _fake_systemctl(tmp_path, "ActiveState=active;SubState=running;Result=success;NRestarts=0")
-    out = _station(
+    out = station(
         "--base-url", sim.base_url, "--unit", "vllm-station.service", "--systemctl", str(systemctl),
         "--interval", "0.5", "--probe-timeout", "0.4", "--wedge-verdicts", "2", "--cycles", "3", "--json",
         "--textfile-dir", str(tmp_path),
@@ -299,12 +308,14 @@ def test_cli_restarts_the_unit_through_systemctl_and_exports(insim: object, tmp_
     assert exported["station_watchdog_restarts_total"] == 1
 
 
-def test_cli_says_once_that_the_start_limit_refused_the_unit(insim: object, tmp_path: Path) -> None:
+def test_cli_says_once_that_the_start_limit_refused_the_unit(
+    insim: object, tmp_path: Path, station: Callable[..., Any]
+) -> None:
     sim: SimServer = insim()  # type: ignore[operator]
     systemctl = _fake_systemctl(
         tmp_path, "ActiveState=failed;SubState=failed;Result=start-limit-hit;NRestarts=2"
     )
-    out = _station(
+    out = station(
         "--base-url", sim.base_url, "--unit", "vllm-station.service", "--systemctl", str(systemctl),
         "--interval", "0.2", "--probe-timeout", "0.2", "--cycles", "3", "--textfile-dir", str(tmp_path),
     )  # fmt: skip
@@ -315,8 +326,8 @@ def test_cli_says_once_that_the_start_limit_refused_the_unit(insim: object, tmp_
     assert not any(c.startswith("restart") for c in (tmp_path / "calls").read_text().splitlines())
 
 
-def test_cli_bad_arguments_exit_2() -> None:
-    out = _station(
+def test_cli_bad_arguments_exit_2(station: Callable[..., Any]) -> None:
+    out = station(
         "--base-url", "http://127.0.0.1:1", "--interval", "1", "--probe-timeout", "5", "--cycles", "1"
     )
     assert (
@@ -344,13 +355,13 @@ def test_real_vllm_reads_ok_and_its_progress_metrics_exist(tools_server: VllmSer
 
 
 def test_an_unreadable_unit_state_is_said_once_and_the_probe_still_judges(
-    insim: object, tmp_path: Path
+    insim: object, tmp_path: Path, station: Callable[..., Any]
 ) -> None:
     sim: SimServer = insim()  # type: ignore[operator]
     systemctl = tmp_path / "systemctl"
     systemctl.write_text("#!/bin/sh\necho 'System has not been booted with systemd' >&2\nexit 1\n")
     systemctl.chmod(0o755)
-    out = _station(
+    out = station(
         "--base-url", sim.base_url, "--unit", "vllm-station.service", "--systemctl", str(systemctl),
         "--interval", "0.2", "--probe-timeout", "0.2", "--cycles", "3", "--json",
     )  # fmt: skip

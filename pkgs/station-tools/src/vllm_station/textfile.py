@@ -1,13 +1,15 @@
-"""The one writer of node_exporter textfile-collector files (`*.prom`): probe, watchdog, prestart, preflight.
+"""The one writer of node_exporter textfile-collector files (`*.prom`): probe, watchdog, prestart, preflight,
+nccl-check.
 
 node_exporter's textfile collector (`--collector.textfile.directory=DIR`) reads every `DIR/*.prom` at each
 scrape. A reader must never see half a file, so `write` renders the whole exposition, writes it to a
 temporary file in the same directory (its name does not end in `.prom`, so the collector ignores it),
-fsyncs it, makes it world-readable (node_exporter runs as its own user; the units' UMask is 0077) and
-renames it over the target: the rename is atomic on one filesystem.
+makes it world-readable (node_exporter runs as its own user; the units' UMask is 0077) and renames it
+over the target: the rename is atomic on one filesystem. No fsync: the files are rewritten every look or
+probe, and a reader needs only the rename's atomicity.
 
 The directory is a contract with the NixOS module (modules/lib/contract.nix `textfileDir`, pinned equal to
-`DEFAULT_DIR` by checks/test_monitoring_eval.py); `$STATION_TEXTFILE_DIR` overrides it (tests, a station
+`DEFAULT_DIR` by checks/test_monitoring_rules.py); `$STATION_TEXTFILE_DIR` overrides it (tests, a station
 laid out differently). prestart and preflight export their page-cache figures only where that directory
 exists (`services.vllm-station.monitoring` creates it): without monitoring they write nothing.
 """
@@ -130,7 +132,6 @@ def write(directory: Path, name: str, families: Iterable[Family]) -> Path:
             f.write(text)
             f.flush()
             os.fchmod(f.fileno(), FILE_MODE)
-            os.fsync(f.fileno())
         os.replace(tmp, target)
     except OSError as err:
         Path(tmp).unlink(missing_ok=True)
