@@ -107,6 +107,9 @@
         station-a = example "aarch64-linux" ./checks/examples/station-a.nix;
         station-b = example "aarch64-linux" ./checks/examples/station-b.nix;
         cpu-station = example "x86_64-linux" ./checks/examples/cpu-station.nix;
+        # flash-station behind the gateway (TLS, keys, allowlist, limits, three stations) and with monitoring
+        gateway-station = example "aarch64-linux" ./checks/examples/gateway-station.nix;
+        monitored-station = example "aarch64-linux" ./checks/examples/monitored-station.nix;
       };
 
       checks = forAllSystems (
