@@ -2,7 +2,7 @@
 engine through systemd — and systemd counts that restart toward the serving unit's start limit.
 
 checks/monitoring/system-station.nix is checks/examples/monitored-station.nix with a faster watchdog (a
-look every 5 s, 2 wedge verdicts); checks/system/render.nix renders it with its stated test-only
+look every 3 s, 2 wedge verdicts); checks/system/render.nix renders it with its stated test-only
 definitions (the `station simulate` image by digest, no GPU device), and the system tier's harness boots
 it (checks/system/). The engine is wedged through the simulator's own switch (`POST /sim/engine`:
 /health stays 200, /metrics freezes, no token ever).
@@ -39,8 +39,8 @@ FLASH_REPO = "nvidia/GLM-5.3-Flash-NVFP4"
 FLASH_REVISION = "9c1e0d2f4a6b8c0e1f3a5b7c9d1e3f5a7b9c0d2e"  # checks/examples/flash-station.nix
 BASE = "http://127.0.0.1:8888"
 TEXTFILE = "/var/lib/vllm-station-metrics/station-watchdog.prom"
-# system-station.nix: interval 5 s, probe deadline 3 s, 2 verdicts -> restarted within 2 x 5 + 3 s
-DETECTION_BOUND_S = 13.0
+# system-station.nix: interval 3 s, probe deadline 2 s, 2 verdicts -> restarted within 2 x 3 + 2 s
+DETECTION_BOUND_S = 8.0
 
 
 def _wedge() -> None:

@@ -257,7 +257,7 @@ in
         '';
       };
       interval = mkOption {
-        type = types.ints.between 5 3600;
+        type = types.ints.between 1 3600;
         default = 30;
         description = "Seconds between looks.";
       };
