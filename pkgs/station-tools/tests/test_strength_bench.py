@@ -292,3 +292,92 @@ def test_percentile_ends_and_nothing() -> None:
     assert percentile([1.0, 3.0], 50) == 2.0 and percentile([0.0, 10.0, 20.0], 75) == 15.0
     with pytest.raises(ValueError, match="percentile of nothing"):
         percentile([], 50)
+
+
+# ---- what the second benchmark run left (parse's event framing, usage edge values, --expect names) ----
+
+
+def test_an_empty_event_does_not_stop_the_framing() -> None:
+    chunks = [(1.25, b"\n\n" + ROLE + _delta(content="a")), (1.5, _delta(content="b")),
+              (1.75, _delta(content="c") + _usage(3) + DONE)]  # fmt: skip
+    assert parse(_raw(chunks), 3) == _want()
+
+
+def test_a_content_event_split_across_reads() -> None:
+    event = _delta(content="a")
+    chunks = [(1.125, ROLE + event[:11]), (1.25, event[11:]), (1.5, _delta(content="b")),
+              (1.75, _delta(content="c") + _usage(3) + DONE)]  # fmt: skip
+    assert parse(_raw(chunks), 3) == _want()
+
+
+def test_multi_line_data_named_events_and_no_space_after_the_colon() -> None:
+    obj = json.dumps({"choices": [{"index": 0, "delta": {"content": "a"}, "finish_reason": None}]})
+    head, tail = obj[: obj.index("[")], obj[obj.index("[") :]  # split between JSON tokens
+    chunks = [(1.25, ROLE + f"event: message\ndata: {head}\ndata: {tail}\n\n".encode()),
+              (1.5, b"data:" + _delta(content="b")[6:]),
+              (1.75, _delta(content="c") + _usage(3) + DONE)]  # fmt: skip
+    assert parse(_raw(chunks), 3) == _want()
+
+
+def test_zero_usage_counts_are_counts() -> None:
+    chunks = [(1.25, ROLE + _delta(content="a")), (1.5, _usage(0, prompt=0) + DONE)]
+    res = parse(_raw(chunks), None)
+    assert (res.output_tokens, res.token_source, res.prompt_tokens, res.itl) == (0, "usage", 0, None)
+
+
+def test_an_event_with_choices_and_an_error_key_is_not_an_error() -> None:
+    odd = _ev({"error": None, "choices": [{"index": 0, "delta": {"content": "a"}, "finish_reason": None}]})
+    chunks = [(1.25, ROLE + odd), (1.5, _delta(content="b")), (1.75, _delta(content="c") + _usage(3) + DONE)]
+    assert parse(_raw(chunks), 3) == _want()
+
+
+def test_error_events_without_a_message_and_long_ones() -> None:
+    res = parse(_raw([(1.25, _ev({"error": {"code": 500}}))]), None)
+    assert res.detail == "server error event: {'code': 500}"
+    long = parse(_raw([(1.25, _ev({"error": {"message": "x" * 300}}))]), None)
+    assert long.detail == "server error event: " + "x" * 199 + "…"
+    assert long.output_tokens == 0
+
+
+def test_a_dict_of_choices_is_malformed() -> None:
+    res = parse(_raw([(1.25, _ev({"choices": {"a": 1}}))]), None)
+    assert (res.failure, res.detail) == ("malformed", 'event without a choice object: {"choices": {"a": 1}}')
+
+
+def test_the_first_finish_event_times_empty_text_tokens() -> None:
+    chunks = [(1.25, ROLE), (1.5, _delta("length", content="")), (1.625, _delta("length", content="")),
+              (1.75, _usage(1) + DONE)]  # fmt: skip
+    assert parse(_raw(chunks), 1).ttft == 0.5
+
+
+def test_details_are_cut_at_200_characters_and_bad_utf8_is_replaced() -> None:
+    not_json = parse(_raw([(1.25, b"data: " + b"\xff" + b"y" * 300 + b"\n\n")]), None)
+    assert not_json.detail == "event is not JSON: \ufffd" + "y" * 198 + "…"
+    body = b'{"error": "' + b"\xfe" + b"z" * 300 + b'"}'
+    http = parse(_raw([(1.25, body)], error_kind="http_5xx", error="HTTP 500"), None)
+    assert http.detail == 'HTTP 500: {"error": "\ufffd' + "z" * 187 + "…"
+    transport = parse(_raw([], error_kind="connect", error="refused " * 40), None)
+    assert len(transport.detail) == 200 and transport.detail.endswith("…")
+    assert transport.output_tokens == 0
+
+
+@pytest.mark.parametrize(
+    "metric",
+    ["tok_s", "tok_s_min", "tok_s_max", "req_s", "failures", "ok", "itl_chunks_p90", "itl_p90",
+     "user_tok_s_max", "prefill_tok_s_mean"],
+)  # fmt: skip
+def test_every_metric_name_parses(metric: str) -> None:
+    assert expect.parse([f"{metric}>=1"])[0].metric == metric
+
+
+def test_check_levels() -> None:
+    expect.check_levels(expect.parse(["failures==0", "ttft<1", "c8.tok_s>1"]), ["c1", "c8"])
+    with pytest.raises(UsageError) as err:
+        expect.check_levels(expect.parse(["c64.tok_s>=1"]), ["c1", "c8"])
+    assert str(err.value) == "--expect 'c64.tok_s>=1': level c64 is not in this run (levels: c1, c8)"
+
+
+def test_percentile_of_nothing_message() -> None:
+    with pytest.raises(ValueError) as err:
+        percentile([], 50)
+    assert str(err.value) == "percentile of nothing"
