@@ -4,6 +4,8 @@ stream wrapper's line cutting, what it holds back and what it reports to callers
 from __future__ import annotations
 
 import io
+import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -135,3 +137,45 @@ def test_write_text_writes_utf8_redacted(tmp_path: Path) -> None:
     redact.register(KEY)
     redact.write_text(str(tmp_path / "r.txt"), f"é {KEY}\n")
     assert (tmp_path / "r.txt").read_bytes() == "é ***\n".encode()
+
+
+def test_write_goes_out_to_the_last_line_end() -> None:
+    redact.register(KEY)
+    raw = io.StringIO()
+    stream = redact.RedactingStream(raw)
+    stream.write(f"a\nb {KEY}\nc")
+    assert raw.getvalue() == "a\nb ***\n"
+    stream.write("\rd\re")
+    assert raw.getvalue() == "a\nb ***\nc\rd\r"
+
+
+def test_flush_after_the_secrets_are_gone_holds_nothing_back() -> None:
+    redact.register(KEY)
+    raw = io.StringIO()
+    stream = redact.RedactingStream(raw)
+    stream.write("abc")
+    redact.forget_all()
+    stream.flush()
+    assert raw.getvalue() == "abc"
+
+
+def test_the_stream_goes_on_after_close_pending() -> None:
+    redact.register(KEY)
+    raw = io.StringIO()
+    stream = redact.RedactingStream(raw)
+    stream.write("first")
+    stream.close_pending()
+    stream.write(f"second {KEY}\n")
+    stream.close_pending()
+    assert raw.getvalue() == "firstsecond ***\n"
+
+
+def test_write_text_is_utf8_whatever_the_locale(tmp_path: Path) -> None:
+    """A report with non-ASCII text is written as UTF-8 even under an ASCII locale (a minimal container)."""
+    out = tmp_path / "r.txt"
+    code = "import sys; from vllm_station import redact as r; r.write_text(sys.argv[1], 'Z\\u00fcrich \\u2713')"
+    env = {**os.environ, "LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+    r = subprocess.run([sys.executable, "-c", code, str(out)], env=env, capture_output=True, text=True,
+                       timeout=60)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert out.read_bytes() == "Zürich ✓".encode()
