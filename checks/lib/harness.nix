@@ -112,6 +112,8 @@ let
       hardware = freeform { };
       environment = freeform { };
       services.nginx = freeform { }; # gateway.nix builds on nixpkgs' nginx
+      services.prometheus = freeform { }; # monitoring.nix builds on nixpkgs' prometheus and its exporters
+      services.grafana = freeform { }; # monitoring.nix provisions its dashboard
     };
     config = {
       _module.args = { inherit pkgs utils; };
