@@ -43,9 +43,11 @@ def test_tool_battery_on_tiny_tools(tools_server: Any) -> None:
     for r in rep.results:
         assert all(f.cls in C.DESCRIPTIONS and f.detail for f in r.failures), r
     assert C.REQUEST_FAILED not in rep.by_class
-    # what it was trained for: one call of one of its five tools, from a phrasing it has seen
-    trained = {"simple-string", "multiple-weather", "multiple-time", "tool-choice-required"}
-    assert {i for i in trained if results[i].passed} == trained, {i: results[i].failures for i in trained}
+    # what it was trained for passes: one call of one of its five tools from a phrasing it has seen, a
+    # text answer with tool_choice none, the named function; nothing else does (measured: 6 of 40)
+    passed = {i for i, r in results.items() if r.passed}
+    assert passed == {"simple-string", "multiple-weather", "multiple-time", "tool-choice-none",
+                      "tool-choice-required", "tool-choice-named"}, passed  # fmt: skip
     # what it was not: tools it never saw, several calls in one answer, text where a tool is offered
     for never in ("simple-nested-object", "parallel-weather-3", "zero-arg-alone", "irrelevance-poem"):
         assert not results[never].passed
@@ -62,10 +64,13 @@ def test_agent_loop_on_tiny_tools(tools_server: Any) -> None:
     _print(agent.render(rep))
     assert rep.tasks == 15 and len(rep.results) == 15 and set(rep.pass_hat) == {"pass^1"}
     classes = Counter(cls for r in rep.results for t in r.trials for cls in t.classes)
-    assert C.REQUEST_FAILED not in classes and sum(classes.values()) >= 15 - rep.passed
-    # the loop ran: the model's calls reached the environment and their results went back to it
-    assert any(t.calls for r in rep.results for t in r.trials)
-    assert all(t.failures or t.passed for r in rep.results for t in r.trials)
+    assert C.REQUEST_FAILED not in classes and not set(classes) & set(C.SERVING_FAULTS)
+    # The tiny model never saw these tools: it answers in (broken) prose at once and changes nothing. Every
+    # trial is judged on the environment's real final state and on its answer (measured: 0 of 15).
+    assert rep.passed == 0 and rep.pass_hat == {"pass^1": 0.0}
+    for t in (t for r in rep.results for t in r.trials):
+        assert t.turns >= 1 and t.classes == [C.STATE_MISMATCH, C.ANSWER_MISSING_FACTS], t
+        assert "(expected " in t.failures[0]["detail"]
 
 
 @pytest.mark.parametrize(
@@ -73,7 +78,7 @@ def test_agent_loop_on_tiny_tools(tools_server: Any) -> None:
     [
         # near the small context (1,740 of 2,048 tokens); the tool variant counted with its tool rendered
         ("tools_server", "85%", ["single", "multikey", "tool"]),
-        ("smol_server", "15%", ["single"]),  # SmolLM2's BPE and chat template; its CPU prefill is slow
+        ("smol_server", "10%", ["single"]),  # SmolLM2's BPE and chat template; its CPU prefill is slow
     ],
 )
 def test_needle_mechanics_at_the_small_context(
@@ -84,7 +89,7 @@ def test_needle_mechanics_at_the_small_context(
         mml = api.models()[0].max_model_len
         assert mml == 2048
         cases = needle.plan(needle.parse_lengths(lengths, mml), [50], variants)
-        rep = needle.run_battery(api, srv.served_name, cases, Sampling(max_tokens=24), max_model_len=mml,
+        rep = needle.run_battery(api, srv.served_name, cases, Sampling(max_tokens=16), max_model_len=mml,
                                  cache=tmp_path / "cal.json", quiet=True)  # fmt: skip
     _print(needle.render(rep))
     # a real BPE tokenizer and chat template: the prompts are exactly as long as asked, as the server

@@ -245,6 +245,11 @@ def test_stream_check_classes() -> None:
     assert [p[0] for p in stream_check(plain, twice, [WEATHER], SCHEMAS)] == [C.WRONG_STREAM_NAME]
     cut = stream([call("get", args)], {0: [args]})
     assert [p[0] for p in stream_check(plain, cut, [WEATHER], SCHEMAS)] == [C.WRONG_STREAM_NAME]
+    # a tool the model made up, the same both ways: the model's choice (the AST check's), not the stream's
+    made_up = Answer("plain", calls=[call("get_email", args)], finish_reason="tool_calls")
+    assert stream_check(made_up, stream([call("get_email", args)], {0: [args]}), [WEATHER], SCHEMAS) == []
+    alone = stream_check(None, stream([call("get_email", args)], {0: [args]}), [WEATHER], SCHEMAS)
+    assert [p[0] for p in alone] == [C.WRONG_STREAM_NAME]
     # a zero-argument call that never arrives
     date = Answer("plain", calls=[call("get_current_date", "{}")], finish_reason="tool_calls")
     dropped = stream([], {})

@@ -219,8 +219,11 @@ def _turn_problems(
         return problems
     plain = ask_plain(api, model, messages, sampling, tools=tools, tool_choice="auto")
     zero = [ExpectedCall(n, {}) for n, s in schemas.items() if not s.get("properties")]
-    exact = stream_check(plain, ans, zero if not plain.ok else [], schemas)
-    return problems + (exact or suspect)
+    if not plain.ok:
+        return problems + (stream_check(None, ans, zero, schemas) or suspect)
+    # the same answer non-streamed: what the stream got wrong, if anything (a tool the model made up is
+    # the model's choice, judged by the state, not a serving fault)
+    return problems + stream_check(plain, ans, [], schemas)
 
 
 def run_trial(
