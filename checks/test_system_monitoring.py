@@ -7,7 +7,7 @@ definitions (the `station simulate` image by digest, no GPU device), and the sys
 it (checks/system/). The engine is wedged through the simulator's own switch (`POST /sim/engine`:
 /health stays 200, /metrics freezes, no token ever).
 
-The scenario, one machine: start (start 1 of the hour) → wedge → the watchdog restarts it (start 2) →
+The scenario, one machine: start (start 1 of the hour) → the probe's unit runs once → wedge → the watchdog restarts it (start 2) →
 an operator's restart (start 3) → wedge → the watchdog's restart is start 4: systemd refuses it
 (start-limit-hit), which it would not if the watchdog's first restart had not counted. node_exporter,
 run inside with the rendered flags, shows the systemd collector's metrics and the watchdog's state.
@@ -34,6 +34,8 @@ pytestmark = pytest.mark.system
 
 SERVE = "vllm-station.service"
 WATCHDOG = "vllm-station-watchdog.service"
+PROBE = "vllm-station-probe.service"
+PROBE_FILE = "/var/lib/vllm-station-metrics/station-probe.prom"
 MODEL_DIR = "/var/lib/vllm-station-models/glm53-flash"  # the glm53-flash preset
 FLASH_REPO = "nvidia/GLM-5.3-Flash-NVFP4"
 FLASH_REVISION = "9c1e0d2f4a6b8c0e1f3a5b7c9d1e3f5a7b9c0d2e"  # checks/examples/flash-station.nix
@@ -126,8 +128,12 @@ def _try_get(url: str) -> str | None:
 
 
 def _watchdog_file(st: Station) -> dict[str, float]:
+    return _textfile(st, TEXTFILE)
+
+
+def _textfile(st: Station, path: str) -> dict[str, float]:
     out: dict[str, float] = {}
-    for line in st.machine.run(["cat", TEXTFILE]).stdout.splitlines():
+    for line in st.machine.run(["cat", path]).stdout.splitlines():
         if line and not line.startswith("#"):
             key, _, value = line.rpartition(" ")
             out[key] = float(value)
@@ -140,6 +146,11 @@ def test_the_watchdogs_restart_is_counted_by_systemds_start_limit(station: Stati
     t = time.monotonic()
     m.systemctl("start", SERVE, timeout=300)  # start 1: returns when wait-ready passed
     FIGURES.record("monitored station: start to active (s)", round(time.monotonic() - t, 1))
+    # the probe's unit as rendered (a dynamic user in the metrics group, the key as a credential)
+    m.systemctl("start", PROBE, timeout=120)  # oneshot: returns when it ran
+    probe = _textfile(st, PROBE_FILE)
+    assert probe["station_probe_success"] == 1 and probe["station_probe_tool_call_success"] == 1, probe
+    assert probe["station_probe_completion_tokens"] == 64
     m.systemctl("start", WATCHDOG)
     st.wait_for("the watchdog's first ok look", lambda: "ok" in _verdict(st), 30)
 
