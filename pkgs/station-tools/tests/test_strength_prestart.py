@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 from sysfs_fixtures import add_container, gb300_root, one_node_root, set_file_pages, write_fake_runtime
 
+from vllm_station import textfile
 from vllm_station.cli import main
 from vllm_station.errors import UsageError
-from vllm_station.prestart import log_path, options_from_args, prune_logs, utc_stamp
+from vllm_station.prestart import configure, log_path, options_from_args, prune_logs, utc_stamp
 
 GiB = 1024**3
 KiB = 1024
@@ -291,3 +292,95 @@ def test_timings_are_milliseconds_to_the_microsecond(
     assert all(round(v, 3) == v for v in timings.values())
     assert 0.001 <= timings["total"] <= wall_ms
     assert timings["sync"] + timings["drop"] + timings["read"] <= timings["total"]
+
+
+def test_above_threshold_report_fields(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = gb300_root(tmp_path / "root", file_pages_gib=5.123456)
+    rc = main(["prestart", "--root", str(root), "--settle-seconds", "0", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert rc == 1
+    assert {k: report[k] for k in ("status", "node", "file_pages_gib", "dropped", "threshold_gib")} == {
+        "status": "above-threshold", "node": 1, "file_pages_gib": 5.123, "dropped": True,
+        "threshold_gib": 4.0}  # fmt: skip
+    assert isinstance(report["waited_s"], float) and round(report["waited_s"], 3) == report["waited_s"]
+    assert report["message"] == (
+        "page cache in HBM on NUMA node 1: FilePages 5.12 GiB > 4 GiB after a drop_caches and 0 s; "
+        "vLLM would see too little free GPU memory"
+    )
+    assert report["fix"] == (
+        "bind bulk file I/O (downloads, copies, rsync, backups) to node 0: "
+        "`station numa-exec --membind 0 -- …`; find the writer (grep FilePages /sys/devices/system/node/node1/meminfo while it runs), then restart"
+    )
+    ok = gb300_root(tmp_path / "ok", file_pages_gib=1.23456)
+    assert main(["prestart", "--root", str(ok), "--settle-seconds", "0", "--no-drop", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["file_pages_gib"] == 1.235 and round(report["waited_s"], 3) == report["waited_s"]
+
+
+def test_defaults_and_bounds_of_the_options() -> None:
+    parser = argparse.ArgumentParser()
+    configure(parser)
+    ns = parser.parse_args([])
+    assert (ns.gpu_node, ns.max_file_pages_gib, ns.settle_seconds, ns.no_drop, ns.root, ns.runtime) == (
+        1, 4.0, 2.0, False, Path("/"), "none")  # fmt: skip
+    assert (ns.container, ns.log_dir, ns.keep_logs, ns.json) == (
+        "vllm-station", Path("/var/log/vllm-station"), 20, False)  # fmt: skip
+    edges = [("--gpu-node", "1023", "1024"), ("--max-file-pages-gib", "1000000", "1000000.5"),
+             ("--settle-seconds", "3600", "3600.5"), ("--keep-logs", "100000", "100001")]  # fmt: skip
+    for option, ok, bad in edges:
+        parser.parse_args([option, ok])
+        with pytest.raises(SystemExit):
+            parser.parse_args([option, bad])
+    assert parser.parse_args(["--max-file-pages-gib", "0", "--settle-seconds", "0", "--gpu-node", "0"])
+
+
+def test_status_error_and_its_exit(
+    tmp_path: Path, runtime_state: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    bad_logs = ["--runtime", "docker", "--log-dir", str(blocker / "logs")]
+    root = gb300_root(tmp_path / "root")
+    rc, report = run_json(root, capsys, *bad_logs)
+    assert (rc, report["status"]) == (1, "error")
+    assert report["errors"] == [f"cannot create log dir {blocker / 'logs'}: Not a directory"]
+    above = gb300_root(tmp_path / "above", file_pages_gib=9)
+    rc, report = run_json(above, capsys, *bad_logs)
+    assert (rc, report["status"]) == (1, "above-threshold"), "the refusal is the status; the error is listed"
+
+
+def test_human_output(tmp_path: Path, runtime_state: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for stamp in ("20200101T000000Z", "20200102T000000Z"):
+        (logs / f"vllm-station-{stamp}.log").write_text("")
+    add_container(runtime_state, "vllm-station", stdout=b"bye\n")
+    root = gb300_root(tmp_path / "root", file_pages_gib=9)
+    rc = main(["prestart", "--root", str(root), "--settle-seconds", "0", "--no-drop", "--runtime", "docker",
+               "--log-dir", str(logs), "--keep-logs", "2"])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert rc == 1
+    lines = out.splitlines()
+    assert lines[0].startswith("station prestart: saved vllm-station logs to ")
+    assert lines[1:] == [f"  pruned old log {logs / 'vllm-station-20200101T000000Z.log'}"]
+    assert "page cache in HBM" not in out and err.count("page cache in HBM") == 1
+
+
+def test_page_cache_figures_go_to_the_textfile(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    metrics = tmp_path / "metrics"
+    metrics.mkdir()
+    monkeypatch.setenv("STATION_TEXTFILE_DIR", str(metrics))
+    root = gb300_root(tmp_path / "root", file_pages_gib=2)
+    assert main(["prestart", "--root", str(root), "--settle-seconds", "0", "--no-drop",
+                 "--max-file-pages-gib", "3"]) == 0  # fmt: skip
+    values = textfile.read(metrics / "station-page-cache-prestart.prom")
+    labels = '{node="1",source="prestart"}'
+    assert values[f"station_page_cache_file_pages_bytes{labels}"] == 2 * GiB
+    assert values[f"station_page_cache_threshold_bytes{labels}"] == 3 * GiB
+    assert values[f"station_page_cache_gpu_memory_numa{labels}"] == 1.0
+    cdmm = one_node_root(tmp_path / "cdmm")
+    assert main(["prestart", "--root", str(cdmm), "--settle-seconds", "0", "--no-drop"]) == 0
+    values = textfile.read(metrics / "station-page-cache-prestart.prom")
+    assert values[f"station_page_cache_gpu_memory_numa{labels}"] == 0.0
