@@ -309,7 +309,8 @@ def test_above_threshold_report_fields(tmp_path: Path, capsys: pytest.CaptureFix
     )
     assert report["fix"] == (
         "bind bulk file I/O (downloads, copies, rsync, backups) to node 0: "
-        "`station numa-exec --membind 0 -- …`; find the writer (grep FilePages /sys/devices/system/node/node1/meminfo while it runs), then restart"
+        "`station numa-exec --membind 0 -- …`; find the writer "
+        "(grep FilePages /sys/devices/system/node/node1/meminfo while it runs), then restart"
     )
     ok = gb300_root(tmp_path / "ok", file_pages_gib=1.23456)
     assert main(["prestart", "--root", str(ok), "--settle-seconds", "0", "--no-drop", "--json"]) == 0
