@@ -89,7 +89,7 @@ def test_needle_mechanics_at_the_small_context(
         mml = api.models()[0].max_model_len
         assert mml == 2048
         cases = needle.plan(needle.parse_lengths(lengths, mml), [50], variants)
-        rep = needle.run_battery(api, srv.served_name, cases, Sampling(max_tokens=16), max_model_len=mml,
+        rep = needle.run_battery(api, srv.served_name, cases, Sampling(max_tokens=32), max_model_len=mml,
                                  cache=tmp_path / "cal.json", quiet=True)  # fmt: skip
     _print(needle.render(rep))
     # a real BPE tokenizer and chat template: the prompts are exactly as long as asked, as the server
