@@ -89,6 +89,8 @@ def test_environment_refuses_bad_calls_with_a_result() -> None:
     assert not ok and "invalid arguments for create_event" in out
     out, ok = env.call("list_events", "{bad")
     assert not ok and "not JSON" in out
+    out, ok = env.call("get_current_date", '{"unit": "celsius"}')  # a made-up argument (GLM tiny model did)
+    assert not ok and "get_current_date has no parameter 'unit'" in out
 
 
 def test_pass_hat() -> None:

@@ -125,7 +125,11 @@ class Environment:
                 raise ToolError(f"the arguments are not JSON: {exc}") from None
             if not isinstance(args, dict):
                 raise ToolError("the arguments must be a JSON object")
-            errors = list(jsonschema.Draft202012Validator(self._schemas[name]).iter_errors(args))
+            schema = self._schemas[name]
+            unknown = sorted(set(args) - set(schema.get("properties") or {}))
+            if unknown:
+                raise ToolError(f"{name} has no parameter {', '.join(map(repr, unknown))}")
+            errors = list(jsonschema.Draft202012Validator(schema).iter_errors(args))
             if errors:
                 raise ToolError(f"invalid arguments for {name}: {errors[0].message}")
             result = self._impl[name](**args)
