@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from vllm_station import bounded
 from vllm_station.errors import StationError, UsageError
 from vllm_station.host import numa
 from vllm_station.membind import bind_memory
@@ -123,3 +124,54 @@ def test_bind_memory_in_a_child_reports_the_kernel_read_back() -> None:
     with pytest.raises(UsageError, match="NUMA node 1023 does not exist on this machine"):
         bind_memory("1023", "test")
     assert numa.get_mempolicy().describe() == "default", "a refused binding leaves this process unbound"
+
+
+def test_proc_files_with_bytes_that_are_not_utf8(tmp_path: Path) -> None:
+    (tmp_path / "5").mkdir()
+    (tmp_path / "5/status").write_bytes(b"Name:\tpython\xff\nMems_allowed_list:\t0\n")
+    assert numa.mems_allowed(5, tmp_path) == [0]
+    (tmp_path / "5/numa_maps").write_bytes(b"55d0 bind:0 file=/data/\xfe\xff.bin mapped=1\n")
+    assert numa.policy_of_pid(5, tmp_path) == "bind:0"
+
+
+def test_a_mems_allowed_value_with_a_colon_is_refused(tmp_path: Path) -> None:
+    _status(tmp_path, "6", "Mems_allowed_list:\t0:1\n")
+    with pytest.raises(UsageError, match=r"cannot parse NUMA node list '0:1'"):
+        numa.mems_allowed(6, tmp_path)
+
+
+def test_policy_of_pid_counts_each_policy(tmp_path: Path) -> None:
+    (tmp_path / "7").mkdir()
+    (tmp_path / "7/numa_maps").write_text("1 interleave:0-1 anon=1\n2 bind:0 anon=1\n3 bind:0 anon=1\n")
+    assert numa.policy_of_pid(7, tmp_path) == "bind:0"
+    assert numa.policy_of_pid() == numa.policy_of_pid(os.getpid()), "the default is this process"
+
+
+def test_a_numa_maps_past_its_limit_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "8").mkdir()
+    with (tmp_path / "8/numa_maps").open("wb") as f:  # sparse: no disk used
+        f.truncate(16 * bounded.SYSFS_LIMIT + 1)
+    with pytest.raises(StationError) as err:
+        numa.policy_of_pid(8, tmp_path)
+    assert str(err.value).startswith(f"cannot read {tmp_path / '8' / 'numa_maps'}: ")
+    assert "lists no mappings" not in str(err.value)
+
+
+def test_bind_memory_errors_name_the_way_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A machine without NUMA and a kernel refusal cannot be made here: set_membind is replaced."""
+
+    def unavailable(_nodes: object) -> object:
+        raise numa.NumaUnavailable("libnuma is not installed")
+
+    monkeypatch.setattr(numa, "set_membind", unavailable)
+    with pytest.raises(StationError) as err:
+        bind_memory("0", "download")
+    assert str(err.value) == "libnuma is not installed — to download without a NUMA binding pass --no-membind"
+
+    def refused(_nodes: object) -> object:
+        raise OSError(1, "Operation not permitted")
+
+    monkeypatch.setattr(numa, "set_membind", refused)
+    with pytest.raises(StationError) as err:
+        bind_memory("0-1", "copy")
+    assert str(err.value) == "cannot bind memory to NUMA nodes 0-1: [Errno 1] Operation not permitted"
