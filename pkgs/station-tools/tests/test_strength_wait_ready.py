@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
 import subprocess
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -186,3 +188,83 @@ def test_run_outcomes(
         assert out.startswith("ready after ") and " (1 tries): /health 200 and a 1-token" in out
     else:
         assert f"station wait-ready: error: {message}" in err
+
+
+def test_probe_requests_exactly() -> None:
+    bodies: list[Any] = []
+
+    def record(answer: Reply) -> Any:
+        def route(req: Request) -> Reply:
+            bodies.append((req.path, req.json()))
+            return answer
+
+        return route
+
+    routes = serving() | {
+        ("POST", "/v1/completions"): record(Reply(status=404, json={"detail": "Not Found"})),
+        ("POST", "/v1/chat/completions"): record(Reply(json=fake_chat_answer())),
+    }
+    out, _ = run(routes)
+    assert out.ready
+    (p1, completion), (p2, chat) = bodies
+    assert (p1, completion["model"], completion["prompt"], completion["max_tokens"]) == (
+        "/v1/completions", "fake", "Hello", 1)  # fmt: skip
+    assert (p2, chat["model"], chat["messages"], chat["max_tokens"], chat["temperature"]) == (
+        "/v1/chat/completions", "fake", [{"role": "user", "content": "Hello"}], 1, 0.0)  # fmt: skip
+    seconds = float(out.reason.rsplit(" in ", 1)[1].removesuffix(" s"))
+    assert 0 <= seconds < 10, out.reason
+
+
+def fake_chat_answer() -> dict[str, Any]:
+    return {
+        "id": "c", "object": "chat.completion", "created": 0, "model": "fake",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "!"},
+                     "finish_reason": "length"}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("slow", ["/health", "/v1/models", "/v1/completions", "/v1/chat/completions"])
+def test_each_probe_request_is_bounded_by_the_time_left(slow: str) -> None:
+    routes = serving()
+    routes[("POST", "/v1/chat/completions")] = Reply(json=fake_chat_answer())
+    if slow == "/v1/chat/completions":
+        routes[("POST", "/v1/completions")] = Reply(status=404, json={"detail": "Not Found"})
+    method = "GET" if slow in ("/health", "/v1/models") else "POST"
+    answer = routes.get((method, slow))
+    assert isinstance(answer, Reply) or callable(answer)
+    base = answer if isinstance(answer, Reply) else Reply(json=fake_chat_answer())
+    routes[(method, slow)] = Reply(status=base.status, json=base.json, body=base.body, delay_s=2.5)
+    with FaultServer(routes) as srv:
+        t0 = time.monotonic()
+        out = wait(Options(base_url=srv.url, model=None if slow == "/v1/models" else "fake", timeout_s=1.0,
+                           interval_s=0.5))  # fmt: skip
+        elapsed = time.monotonic() - t0
+    assert not out.ready and elapsed < 2.4, f"{slow}: the request outlived the wait ({elapsed:.1f} s)"
+
+
+def test_watch_pid_one_is_a_pid(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert _watch_pid(1) == 1
+    monkeypatch.setenv("MAINPID", "1")
+    assert _watch_pid(None) == 1
+
+
+def test_wait_names_the_bad_option() -> None:
+    with pytest.raises(UsageError) as err:
+        wait(Options(base_url="http://127.0.0.1:1", timeout_s=-1.0))
+    assert str(err.value) == "--timeout must be positive seconds, got -1"
+    with pytest.raises(UsageError) as err:
+        wait(Options(base_url="http://127.0.0.1:1", interval_s=0.0))
+    assert str(err.value) == "--interval must be positive seconds, got 0"
+
+
+def test_alive_reads_the_state_after_the_last_parenthesis(tmp_path: Path) -> None:
+    """A process name may hold ") " and bytes that are not UTF-8; the state follows the last ")"."""
+    odd = tmp_path / os.fsdecode(b"x\xff) y")
+    odd.symlink_to(shutil.which("true") or "/bin/true")
+    child = subprocess.Popen([str(odd)])
+    deadline = time.monotonic() + 10
+    while _alive(child.pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not _alive(child.pid), "a zombie named 'x\\xff) y' is exited"
+    child.wait()
