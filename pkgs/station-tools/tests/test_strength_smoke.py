@@ -7,6 +7,7 @@ Real HTTP on 127.0.0.1 (faultserver).
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 
 import pytest
@@ -200,3 +201,31 @@ def test_the_good_path_report_exactly(srv: FaultServer, capsys: pytest.CaptureFi
         "chunks": FRAGMENTS + 4, "name_deltas": 1, "argument_fragments": FRAGMENTS,
         "matches_non_streamed": True,
     }  # fmt: skip
+
+
+def test_judge_cuts_what_it_quotes() -> None:
+    text = "w" * 100
+    assert judge_tool_calls([], text).reason == f"no tool call: the model answered in text: '{'w' * 59}…'"
+    bad = "{" + "x" * 100
+    assert judge_tool_calls([_call(arguments=bad)], None).reason.endswith(f": '{bad[:79]}…'")
+    listed = json.dumps(["y" * 100])
+    assert judge_tool_calls([_call(arguments=listed)], None).reason.endswith(f": '{listed[:79]}…'")
+    nowhere = json.dumps({"unit": "z" * 100})
+    assert judge_tool_calls([_call(arguments=nowhere)], None).reason.endswith(f": '{nowhere[:79]}…'")
+
+
+def test_debug_log_of_the_tool_call_answer(
+    srv: FaultServer, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    args = json.dumps({"location": "P" * 500})
+    answer = chat_completion("fake", None, tool_calls=[tool_call(arguments=args)])
+    normal = fake_chat()
+    srv.route("POST", "/v1/chat/completions",
+              lambda req: Reply(json=answer) if req.json().get("tools") and not req.json().get("stream")
+              else normal(req))  # fmt: skip
+    caplog.set_level(logging.DEBUG, logger="vllm_station.smoke")
+    smoke(capsys, srv.url)
+    logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("tool_call answer: ")]
+    assert logged == ["tool_call answer: " + json.dumps(answer)[:399] + "…"]
+    sent = [r.json() for r in srv.requests if r.path == "/v1/chat/completions"]
+    assert [b["model"] for b in sent] == ["fake", "fake", "fake"]
