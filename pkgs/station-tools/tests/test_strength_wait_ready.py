@@ -240,7 +240,7 @@ def test_each_probe_request_is_bounded_by_the_time_left(slow: str) -> None:
         out = wait(Options(base_url=srv.url, model=None if slow == "/v1/models" else "fake", timeout_s=1.0,
                            interval_s=0.5))  # fmt: skip
     assert not out.ready, f"{slow}: the request outlived the wait: {out.reason}"
-    assert (out.reached is True and "timed out" in out.reason.lower()) or "timeout" in out.reason.lower(), out
+    assert out.reached is True, out
 
 
 def test_watch_pid_one_is_a_pid(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -297,6 +297,7 @@ def test_reached_and_the_reason_when_nothing_serves() -> None:
 def test_a_live_watched_process_keeps_the_wait_going() -> None:
     failing = Reply(status=503, json={"error": {"message": "warming"}})
     with FaultServer(serving() | {("POST", "/v1/completions"): failing}) as srv:
-        out = wait(Options(base_url=srv.url, model="fake", timeout_s=0.6, interval_s=0.1, watch_pid=os.getpid()))
+        opts = Options(base_url=srv.url, model="fake", timeout_s=0.6, interval_s=0.1, watch_pid=os.getpid())
+        out = wait(opts)
     assert (out.ready, out.exited, out.gave_up) == (False, False, False)
     assert out.attempts >= 3
