@@ -53,6 +53,7 @@ PYPI = {
     "numpy": "numpy",
     "pytest-check-hook": "pytest",  # pytestCheckHook propagates pytest and runs `python -m pytest`
     "pytest-timeout": "pytest-timeout",
+    "pytest-xdist": "pytest-xdist",
     "safetensors": "safetensors",
 }
 

@@ -47,6 +47,7 @@ RUNTIME_CATCHERS = {
         "tests/test_download.py::test_full_download_bound_to_node0_then_verified",
         "No module named 'huggingface_hub'",
     ),
+    "jsonschema": ("tests/test_gates_tools.py", "No module named 'jsonschema'"),
     "matplotlib": (
         "tests/test_bench_sim.py::test_json_keys_are_golden_and_csv_and_plots",
         "No module named 'matplotlib'",
