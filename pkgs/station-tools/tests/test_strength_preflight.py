@@ -10,6 +10,8 @@ import pytest
 from preflight_config import make_config
 from sysfs_fixtures import gb300_root, set_file_pages, write_proc_meminfo
 
+from vllm_station.host.nvml import GpuInfo, GpuProcess, NvmlReport
+from vllm_station.preflight.checks import assess_gpus
 from vllm_station.preflight.core import CheckResult, Context, Status, run_checks
 
 GiB = 1024**3
@@ -94,3 +96,78 @@ def test_drop_caches_estimate(tmp_path: Path) -> None:
     )
     exactly = gb300_root(tmp_path / "c", file_pages_gib=2, active_file_gib=1)
     assert "(the rest" not in host(exactly).figure, "exactly 1 GiB to free is worth a drop"
+
+
+# ---- assess_gpus, the GPU verdict, exactly (the @check functions are outside mutmut's reach) ----
+
+
+def _gpu(
+    index: int, used: int, free: int, reserved: int | None, procs: list[GpuProcess],
+    numa: int | None = None, addressing: str | None = None, c2c: bool | None = None,
+) -> GpuInfo:  # fmt: skip
+    total = 100 * GiB
+    return GpuInfo(index, "GB300", f"GPU-{index}", total, used, free, reserved, procs, numa, addressing, c2c)
+
+
+def test_assess_gpus_two_gpus_exactly() -> None:
+    idle = _gpu(0, 1 * GiB, 99 * GiB, 1 * GiB, [], numa=1, addressing="ATS", c2c=True)
+    procs = [GpuProcess(11, 20 * GiB, "compute", "python3", "python3 x.py"), GpuProcess(12, None, "graphics")]
+    busy = _gpu(1, 30 * GiB, 70 * GiB, 0, procs, c2c=False)
+    r = assess_gpus(NvmlReport("580.1", "13.0", None, [idle, busy]), 0.9)
+    assert r.status is Status.FAIL
+    assert r.figure == (
+        "driver 580.1, 2 GPU(s); GPU0 GB300: 100.00 GiB total, 1.00 GiB used, 99.00 GiB free (memory on NUMA "
+        "node 1, addressing ATS, C2C on); gpuMemoryUtilization 0.9 → 90.00 GiB fits in 99.00 GiB free; GPU1 "
+        "GB300: 100.00 GiB total, 30.00 GiB used, 70.00 GiB free (C2C off); pid 11 python3 (compute) holds "
+        "20.00 GiB; pid 12 ? (graphics) holds unknown amount; stranded: 20.00 GiB held by pid 11 (python3), "
+        "12 (?) while no vLLM runs; gpuMemoryUtilization 0.9 wants 90.00 GiB but only 70.00 GiB is free"
+    )
+    assert r.threshold == (
+        "free >= gpuMemoryUtilization 0.9 × total; no process holding memory when no vLLM runs"
+    )
+    assert r.fix == (
+        "GPU1: stop pid 11 (python3), 12 (?) (a leftover vLLM/engine, a notebook, a test) — "
+        "`kill <pid>`; for a dead container `docker rm -f vllm-station` / GPU1: free 20.00 GiB more "
+        "(stop the holders above), or lower gpuMemoryUtilization below 0.70; vLLM refuses to start when "
+        "free memory is below utilization × total"
+    )
+    assert r.details["findings"] == [
+        {"gpu": 1, "finding": "stranded", "bytes": 20 * GiB, "pids": [11, 12]},
+        {"gpu": 1, "finding": "does-not-fit", "wanted_bytes": 90 * GiB},
+    ]
+    assert (r.details["count"], r.details["gpu_memory_utilization"]) == (2, 0.9)
+    assert (r.details["driver_version"], r.details["cuda_driver_version"]) == ("580.1", "13.0")
+    assert r.details["gpus"][1]["processes"][0]["pid"] == 11
+
+
+def test_assess_gpus_boundaries() -> None:
+    exactly = assess_gpus(NvmlReport("d", None, None, [_gpu(0, 50 * GiB, 50 * GiB, 50 * GiB, [])]), 0.5)
+    assert exactly.status is Status.PASS and exactly.fix is None, "free == utilization × total fits"
+    assert exactly.details["findings"] == []
+    noise = assess_gpus(NvmlReport("d", None, None, [_gpu(0, 2 * GiB, 98 * GiB, 1 * GiB, [])]), 0.5)
+    assert noise.status is Status.PASS, "exactly 1 GiB nobody explains is noise"
+    held = assess_gpus(NvmlReport("d", None, None, [_gpu(0, 2 * GiB + 1, 98 * GiB, 1 * GiB, [])]), 0.5)
+    assert held.status is Status.WARN
+    assert held.details["findings"] == [{"gpu": 0, "finding": "held-invisible", "bytes": GiB + 1}]
+    assert "held: 1.00 GiB used by no process visible here (another PID namespace/container)" in held.figure
+    assert held.fix == (
+        "GPU0: find the holder with `nvidia-smi` on the host (containers: `docker ps`); a GPU whose "
+        "holder is gone needs the process's container stopped or a reboot"
+    )
+    no_reserved = assess_gpus(NvmlReport("d", None, None, [_gpu(0, GiB, 99 * GiB, None, [])]), 0.5)
+    assert no_reserved.status is Status.PASS, "1 GiB used without a reserved figure is still noise"
+
+
+def test_assess_gpus_vllm_running_and_none_visible() -> None:
+    engine = GpuProcess(4242, 90 * GiB, "compute", "VLLM::EngineCor")
+    running = assess_gpus(NvmlReport("d", None, None, [_gpu(0, 91 * GiB, 9 * GiB, 1 * GiB, [engine])]), 0.9)
+    assert running.status is Status.PASS
+    assert running.figure.endswith(
+        "; pid 4242 VLLM::EngineCor (compute) holds 90.00 GiB; vLLM is running on GPU0 (pid 4242)"
+    )
+    assert running.details["findings"] == [{"gpu": 0, "finding": "vllm-running"}]
+    none = assess_gpus(NvmlReport("580.1", None, None, []), 0.9)
+    assert (none.status, none.threshold) == (Status.FAIL, ">= 1 GPU")
+    assert none.figure == "NVML (driver 580.1) sees no GPU"
+    assert none.fix == "check `nvidia-smi`; the driver is loaded but no device is visible (DevicePolicy/CDI?)"
+    assert none.details["count"] == 0 and "findings" not in none.details
