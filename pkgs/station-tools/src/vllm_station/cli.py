@@ -157,6 +157,10 @@ def main(argv: list[str] | None = None) -> int:
         if not silenced:
             raise  # stdout is fine: a socket's EPIPE that its command did not handle (a bug there)
         return EXIT_BROKEN_PIPE
+    except KeyboardInterrupt:  # Ctrl-C before the command ran: while its modules were still importing
+        print("station: interrupted", file=sys.stderr)
+        redact.finish()
+        return EXIT_INTERRUPTED
 
 
 def _main(argv: list[str] | None) -> int:
