@@ -11,7 +11,7 @@ from preflight_config import make_config
 from sysfs_fixtures import gb300_root, set_file_pages, write_proc_meminfo
 
 from vllm_station.host.nvml import GpuInfo, GpuProcess, NvmlReport
-from vllm_station.preflight.checks import assess_gpus
+from vllm_station.preflight.checks import _existing_ancestor, assess_gpus
 from vllm_station.preflight.core import CheckResult, Context, Status, run_checks
 
 GiB = 1024**3
@@ -171,3 +171,22 @@ def test_assess_gpus_vllm_running_and_none_visible() -> None:
     assert none.figure == "NVML (driver 580.1) sees no GPU"
     assert none.fix == "check `nvidia-smi`; the driver is loaded but no device is visible (DevicePolicy/CDI?)"
     assert none.details["count"] == 0 and "findings" not in none.details
+
+
+def test_a_read_failure_names_the_file_and_the_fix(root: Path) -> None:
+    meminfo = root / "sys/devices/system/node/node1/meminfo"
+    meminfo.write_text("Node 1 MemTotal: 12 kB\n")
+    r = run_one(root, "page-cache")
+    assert (r.name, r.status) == ("page-cache", Status.FAIL)
+    assert r.figure == f"cannot read {meminfo}: no FilePages, MemFree line"
+    assert r.fix == (
+        "the kernel file is missing or not in its usual format: check --root, or that /sys and /proc are "
+        "mounted (a sandboxed unit needs them visible)"
+    )
+    assert r.details == {"path": str(meminfo), "problem": "no FilePages, MemFree line"}
+
+
+def test_existing_ancestor(tmp_path: Path) -> None:
+    assert _existing_ancestor(tmp_path) == tmp_path
+    assert _existing_ancestor(tmp_path / "a" / "b") == tmp_path
+    assert _existing_ancestor(Path("/no-such-dir-here/x")) == Path("/")
