@@ -26,7 +26,13 @@ def test_tiny_tools_calls_get_weather_with_auto_choice(tools_server: Any) -> Non
 
 def test_tiny_tools_streams_the_same_call(tools_server: Any) -> None:
     with ApiClient(tools_server.base_url, timeout=60) as api:
-        kw: dict[str, Any] = {"tools": [WEATHER_TOOL], "tool_choice": "auto", "max_tokens": 64}
+        # greedy: the plain and the streamed answer must be the same call, not two samples
+        kw: dict[str, Any] = {
+            "tools": [WEATHER_TOOL],
+            "tool_choice": "auto",
+            "max_tokens": 64,
+            "temperature": 0.0,
+        }
         plain = api.chat("tiny-tools", ASK_WEATHER, **kw)
         streamed = collect_stream(api.chat_stream("tiny-tools", ASK_WEATHER, **kw))
     assert [c.name for c in streamed.tool_calls] == ["get_weather"]
