@@ -301,3 +301,32 @@ def test_a_live_watched_process_keeps_the_wait_going() -> None:
         out = wait(opts)
     assert (out.ready, out.exited, out.gave_up) == (False, False, False)
     assert out.attempts >= 3
+
+
+def test_the_clock_and_sleep_given_are_the_ones_used() -> None:
+    now = [100.0]
+    slept: list[float] = []
+
+    def clock() -> float:
+        return now[0]
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        now[0] += seconds
+
+    failing = Reply(status=503, json={"error": {"message": "warming"}})
+    with FaultServer(serving() | {("POST", "/v1/completions"): failing}) as srv:
+        opts = Options(base_url=srv.url, model="fake", timeout_s=10, interval_s=2)
+        out = wait(opts, clock=clock, sleep=sleep)
+    assert (out.ready, out.attempts, out.elapsed_s) == (False, 6, 10.0)
+    assert slept == [2.0, 2.0, 2.0, 2.0, 2.0]
+    assert out.reached is True and "HTTP 503" in out.reason
+
+
+def test_ready_means_reached_and_a_timeout_names_itself() -> None:
+    out, _ = run(serving())
+    assert out.ready is True and out.reached is True
+    slow = serving() | {("GET", "/health"): Reply(status=200, delay_s=1.6)}
+    with FaultServer(slow) as srv:
+        out = wait(Options(base_url=srv.url, model="fake", timeout_s=1.0, interval_s=0.5))
+    assert out.reason.startswith("GET /health"), out.reason
