@@ -229,3 +229,98 @@ def test_debug_log_of_the_tool_call_answer(
     assert logged == ["tool_call answer: " + json.dumps(answer)[:399] + "…"]
     sent = [r.json() for r in srv.requests if r.path == "/v1/chat/completions"]
     assert [b["model"] for b in sent] == ["fake", "fake", "fake"]
+
+
+# ---- the streamed check's failure paths, exactly ----
+
+HINT = (" — is vLLM's --tool-call-parser the one for this model's tool-call format? "
+        "(--tool-choice required tests the model without the parser)")  # fmt: skip
+STREAM_KEYS = ["finish_reason", "usage", "tool_calls", "name", "arguments", "content_chars", "chunks",
+               "first_chunk_s", "name_deltas", "argument_fragments", "matches_non_streamed"]  # fmt: skip
+
+
+def stream_as(chunks: list[dict[str, object]]) -> object:
+    normal = fake_chat()
+    return lambda req: SseReply(chunks) if req.json().get("stream") else normal(req)
+
+
+def stream_check(srv: FaultServer, capsys: pytest.CaptureFixture[str], *extra: str) -> dict[str, object]:
+    code = main(["smoke", "--json", "--base-url", srv.url, *extra])
+    rep = json.loads(capsys.readouterr().out)
+    check = {c["name"]: c for c in rep["checks"]}["tool_call_stream"]
+    assert isinstance(check["latency_s"], float) and rep["exit_code"] == code
+    assert list(check["details"]) == STREAM_KEYS
+    return check  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize(("choice", "hint"), [("auto", HINT), ("required", "")])
+def test_streamed_text_instead_of_a_call(
+    srv: FaultServer, capsys: pytest.CaptureFixture[str], choice: str, hint: str
+) -> None:
+    srv.route("POST", "/v1/chat/completions", stream_as(chat_chunks("fake", "It is sunny.")))
+    check = stream_check(srv, capsys, "--tool-choice", choice)
+    assert (check["result"], check["reason"]) == (
+        "fail",
+        f"streamed: no tool call: the model answered in text: 'It is sunny.' (finish_reason=stop){hint}",
+    )
+    details = check["details"]
+    assert (details["tool_calls"], details["name_deltas"], details["argument_fragments"]) == (0, None, None)
+    assert details["matches_non_streamed"] is None
+
+
+def test_streamed_wrong_name_has_no_parser_hint(srv: FaultServer, capsys: pytest.CaptureFixture[str]) -> None:
+    chunks = chat_chunks("fake", calls=[("get_time", WEATHER_ARGS)])
+    srv.route("POST", "/v1/chat/completions", stream_as(chunks))
+    check = stream_check(srv, capsys)
+    assert check["reason"] == (
+        "streamed: tool call name is 'get_time', expected 'get_weather' (finish_reason=tool_calls)")
+
+
+def test_streamed_name_repeated(srv: FaultServer, capsys: pytest.CaptureFixture[str]) -> None:
+    chunks = chat_chunks("fake", calls=[("get_weather", WEATHER_ARGS)])
+    first = chunks[1]["choices"][0]["delta"]["tool_calls"][0]  # type: ignore[index]
+    first["function"]["name"] = "get_"
+    rest = {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"name": "weather"}}]},
+                         "finish_reason": None}]}  # fmt: skip
+    srv.route("POST", "/v1/chat/completions", stream_as([chunks[0], chunks[1], rest, *chunks[2:]]))
+    check = stream_check(srv, capsys)
+    assert check["result"] == "fail"
+    assert check["reason"] == "the tool name arrived in 2 chunks, expected exactly once"
+    assert check["details"]["name_deltas"] == 2  # type: ignore[index]
+
+
+def test_streamed_arguments_compared(srv: FaultServer, capsys: pytest.CaptureFixture[str]) -> None:
+    other = json.dumps({"location": "Lyon", "unit": "fahrenheit"})
+    srv.route("POST", "/v1/chat/completions", stream_as(chat_chunks("fake", calls=[("get_weather", other)])))
+    check = stream_check(srv, capsys)
+    assert str(check["reason"]).startswith("get_weather streamed in ")
+    assert "same keys as the non-streamed call (values of location, unit differ)" in str(check["reason"])
+    extra = json.dumps({"location": "Paris", "when": "now"})
+    srv.route("POST", "/v1/chat/completions", stream_as(chat_chunks("fake", calls=[("get_weather", extra)])))
+    check = stream_check(srv, capsys)
+    assert check["reason"] == (
+        "streamed arguments have keys ['location', 'when'] but the non-streamed call had "
+        "['location', 'unit']: " + extra
+    )
+    assert check["details"]["matches_non_streamed"] is False  # type: ignore[index]
+
+
+def test_not_compared_when_the_plain_call_failed(
+    srv: FaultServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    normal = fake_chat()
+
+    def route(req: Request) -> object:
+        body = req.json()
+        if body.get("tools") and not body.get("stream"):
+            return Reply(json=chat_completion("fake", "no call"))
+        return normal(req)
+
+    srv.route("POST", "/v1/chat/completions", route)
+    check = stream_check(srv, capsys)
+    assert str(check["reason"]).startswith("get_weather streamed in ")
+    assert str(check["reason"]).endswith(
+        ", not compared: the non-streamed call failed; finish_reason=tool_calls"
+    )
+    first = check["details"]["first_chunk_s"]  # type: ignore[index]
+    assert isinstance(first, float) and round(first, 4) == first
