@@ -190,3 +190,29 @@ def test_existing_ancestor(tmp_path: Path) -> None:
     assert _existing_ancestor(tmp_path) == tmp_path
     assert _existing_ancestor(tmp_path / "a" / "b") == tmp_path
     assert _existing_ancestor(Path("/no-such-dir-here/x")) == Path("/")
+
+
+def test_assess_gpus_across_gpus() -> None:
+    tight = _gpu(0, 60 * GiB, 40 * GiB, 60 * GiB, [])  # fits nothing at 0.5, held by nobody beyond reserved
+    stranded = _gpu(1, 11 * GiB, 89 * GiB, 1 * GiB, [GpuProcess(5, 10 * GiB, "compute", "jupyter")])
+    r = assess_gpus(NvmlReport("d", None, None, [tight, stranded]), 0.5)
+    assert (r.name, r.status) == ("gpu", Status.FAIL), "a later WARN does not soften an earlier FAIL"
+    held = _gpu(2, 3 * GiB, 97 * GiB, 1 * GiB, [])
+    r = assess_gpus(NvmlReport("d", None, None, [tight, held]), 0.5)
+    assert r.status is Status.FAIL
+    engines = [GpuProcess(7, GiB, "compute", "vllm"), GpuProcess(8, GiB, "compute", "vllm")]
+    running = _gpu(0, 3 * GiB, 97 * GiB, 1 * GiB, engines)
+    r = assess_gpus(NvmlReport("d", None, None, [running, tight]), 0.5)
+    assert "vLLM is running on GPU0 (pid 7, 8)" in r.figure
+    assert r.status is Status.FAIL, "the GPU after a vLLM one is still assessed"
+    assert assess_gpus(NvmlReport("d", None, None, []), 0.5).name == "gpu"
+
+
+def test_no_reserved_figure_counts_as_zero() -> None:
+    just_over = _gpu(0, GiB + 1, 99 * GiB, None, [])
+    assert assess_gpus(NvmlReport("d", None, None, [just_over]), 0.5).status is Status.WARN
+
+
+def test_a_gpu_line_without_modes_has_no_parentheses() -> None:
+    plain = assess_gpus(NvmlReport("d", None, None, [_gpu(0, 0, 100 * GiB, 0, [])]), 0.5)
+    assert "GPU0 GB300: 100.00 GiB total, 0.00 GiB used, 100.00 GiB free; " in plain.figure
