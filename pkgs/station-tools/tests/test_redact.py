@@ -197,3 +197,25 @@ def test_url_password_not_in_debug_output_or_json(srv: FaultServer) -> None:
     )
     assert proc.returncode == 2 and "scheme must be http or https" in proc.stderr
     assert password not in proc.stderr
+
+
+def test_threads_writing_at_once_lose_no_line_and_leak_no_key() -> None:
+    import threading
+
+    redact.register(KEY)
+    raw = io.StringIO()
+    stream = redact.RedactingStream(raw)
+
+    def writer(n: int) -> None:
+        for i in range(300):
+            stream.write(f"thread {n} line {i} ")
+            stream.write(f"Bearer {KEY}\n")
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    stream.close_pending()
+    out = raw.getvalue()
+    assert KEY not in out and out.count("Bearer ***") == 1200

@@ -80,6 +80,7 @@ class RedactingStream(io.TextIOBase):
         super().__init__()
         self.raw = raw
         self._pending = ""
+        self._write_lock = threading.Lock()  # threads print too (copy's rsync reader, bench's progress)
 
     # what callers ask of sys.stdout / sys.stderr
     @property
@@ -104,6 +105,10 @@ class RedactingStream(io.TextIOBase):
         return self.raw.buffer
 
     def write(self, s: str) -> int:
+        with self._write_lock:
+            return self._write(s)
+
+    def _write(self, s: str) -> int:
         if not _secrets:
             if self._pending:
                 s, self._pending = self._pending + s, ""
@@ -117,6 +122,10 @@ class RedactingStream(io.TextIOBase):
         return len(s)
 
     def flush(self) -> None:
+        with self._write_lock:
+            self._flush()
+
+    def _flush(self) -> None:
         if self._pending:
             text = redact(self._pending)
             hold = _held_tail(text) if _secrets else 0
@@ -128,6 +137,10 @@ class RedactingStream(io.TextIOBase):
 
     def close_pending(self) -> None:
         """Write whatever is held back (redacted): the process is about to end."""
+        with self._write_lock:
+            self._close_pending()
+
+    def _close_pending(self) -> None:
         if self._pending:
             self.raw.write(redact(self._pending))
             self._pending = ""
