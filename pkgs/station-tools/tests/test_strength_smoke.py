@@ -324,3 +324,46 @@ def test_not_compared_when_the_plain_call_failed(
     )
     first = check["details"]["first_chunk_s"]  # type: ignore[index]
     assert isinstance(first, float) and round(first, 4) == first
+
+
+def plain_as(answer: dict[str, object]) -> object:
+    normal = fake_chat()
+
+    def route(req: Request) -> object:
+        body = req.json()
+        return Reply(json=answer) if body.get("tools") and not body.get("stream") else normal(req)
+
+    return route
+
+
+@pytest.mark.parametrize(("choice", "hint"), [("auto", HINT), ("required", "")])
+def test_plain_text_instead_of_a_call(
+    srv: FaultServer, capsys: pytest.CaptureFixture[str], choice: str, hint: str
+) -> None:
+    srv.route("POST", "/v1/chat/completions", plain_as(chat_completion("fake", "It is sunny.")))
+    code = main(["smoke", "--json", "--base-url", srv.url, "--tool-choice", choice])
+    check = {c["name"]: c for c in json.loads(capsys.readouterr().out)["checks"]}["tool_call"]
+    assert code == 1 and isinstance(check["latency_s"], float)
+    assert check["reason"] == (
+        f"no tool call: the model answered in text: 'It is sunny.' (finish_reason=stop){hint}"
+    )
+    assert check["details"]["tool_calls"] == 0 and list(check["details"]) == [
+        "finish_reason", "usage", "tool_calls", "name", "arguments", "content_chars"]  # fmt: skip
+
+
+def test_plain_wrong_name_has_no_parser_hint(srv: FaultServer, capsys: pytest.CaptureFixture[str]) -> None:
+    answer = chat_completion("fake", None, tool_calls=[tool_call(name="get_time")])
+    srv.route("POST", "/v1/chat/completions", plain_as(answer))
+    main(["smoke", "--json", "--base-url", srv.url])
+    check = {c["name"]: c for c in json.loads(capsys.readouterr().out)["checks"]}["tool_call"]
+    assert check["reason"] == (
+        "tool call name is 'get_time', expected 'get_weather' (finish_reason=tool_calls)"
+    )
+
+
+def test_warnings_keep_their_latency(srv: FaultServer, capsys: pytest.CaptureFixture[str]) -> None:
+    srv.route("POST", "/v1/chat/completions", finish_as("stop", "stop"))
+    code, checks = smoke(capsys, srv.url)
+    assert code == 0
+    for name in ("tool_call", "tool_call_stream"):
+        assert checks[name]["result"] == "warn" and isinstance(checks[name]["latency_s"], float)
