@@ -52,6 +52,7 @@ def tier_of(item: pytest.Item) -> str:
     return next((m for m in TIER_MARKERS if item.get_closest_marker(m)), "unit")
 
 
+@pytest.hookimpl(trylast=True)  # after the conftests' hooks, which add tier markers by fixture
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         tier = tier_of(item)
