@@ -50,7 +50,7 @@ RUNTIME_CATCHERS = {
     "jsonschema": ("tests/test_gates_tools.py", "No module named 'jsonschema'"),
     "matplotlib": (
         "tests/test_bench_sim.py::test_json_keys_are_golden_and_csv_and_plots",
-        "No module named 'matplotlib'",
+        "--plots needs matplotlib, which is not installed",
     ),
     "nvidia-ml-py": ("tests/test_host.py::test_nvml_absent_here_raises_unavailable", "No module named 'pynvml'"),
 }
