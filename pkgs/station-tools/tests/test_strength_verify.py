@@ -225,3 +225,23 @@ def test_file_level_refusals(tmp_path: Path) -> None:
     assert refusal(listed) == "header is not a JSON object (list)"
     two = header_file(tmp_path / "two.safetensors", None, raw=b'{"a": [1], "b": [2]}')
     assert refusal(two) == "tensor 'a' is not an object: [1]; tensor 'b' is not an object: [2]"
+
+
+@pytest.mark.parametrize(
+    "index",
+    ['["not", "an", "object"]', '{"weight_map": {}}', '{"weight_map": {"w": 1}}', '{"weight_map": ["a"]}',
+     '{"metadata": {}}'],
+)  # fmt: skip
+def test_an_index_without_a_usable_weight_map_is_named(tmp_path: Path, index: str) -> None:
+    d = checkpoint(tmp_path, {"inside": "model-00001.safetensors"})
+    (d / INDEX_NAME).write_text(index)
+    problems = verify_checkpoint(d).problems
+    assert Problem(INDEX_NAME, "no 'weight_map' object of tensor -> shard file names") in problems
+
+
+def test_an_index_that_is_not_json_is_named(tmp_path: Path) -> None:
+    d = checkpoint(tmp_path, {"inside": "model-00001.safetensors"})
+    (d / INDEX_NAME).write_text("{not json")
+    problems = verify_checkpoint(d).problems
+    mine = [p for p in problems if p.path == INDEX_NAME]
+    assert len(mine) == 1 and isinstance(mine[0].problem, str) and "JSON" in mine[0].problem, problems
