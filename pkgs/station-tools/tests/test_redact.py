@@ -219,3 +219,13 @@ def test_threads_writing_at_once_lose_no_line_and_leak_no_key() -> None:
     stream.close_pending()
     out = raw.getvalue()
     assert KEY not in out and out.count("Bearer ***") == 1200
+
+
+def test_write_returns_what_it_was_given() -> None:
+    raw = io.StringIO()
+    stream = redact.RedactingStream(raw)
+    redact.register(KEY)
+    assert stream.write("held, no newline yet") == len("held, no newline yet")
+    redact.forget_all()
+    assert stream.write("de") == 2  # the held text goes out too, but the caller wrote 2 characters
+    assert raw.getvalue() == "held, no newline yetde"

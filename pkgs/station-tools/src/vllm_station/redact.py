@@ -110,9 +110,8 @@ class RedactingStream(io.TextIOBase):
 
     def _write(self, s: str) -> int:
         if not _secrets:
-            if self._pending:
-                s, self._pending = self._pending + s, ""
-            self.raw.write(s)
+            self.raw.write(self._pending + s)
+            self._pending = ""
             return len(s)
         text = self._pending + s
         cut = max(text.rfind("\n"), text.rfind("\r")) + 1
