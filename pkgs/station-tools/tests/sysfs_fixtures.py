@@ -178,7 +178,10 @@ def set_file_pages(root: Path, node: int, file_pages_gib: float) -> None:
         if "FilePages:" in line:
             line = f"Node {node} {'FilePages:':<17}{_kb(file_pages_gib * GiB):>8} kB"
         out.append(line)
-    path.write_text("\n".join(out) + "\n")
+    # atomically, as the kernel's file changes: a reader (prestart's settle loop) never sees it half-written
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("\n".join(out) + "\n")
+    os.replace(tmp, path)
 
 
 def one_node_root(root: Path) -> Path:
