@@ -55,15 +55,7 @@ let
   };
 
   # Where serve listens, as a client reaches it: a wildcard listen address on loopback.
-  loopbackHost =
-    if serve.host == "0.0.0.0" || serve.host == "" then
-      "127.0.0.1"
-    else if serve.host == "::" || serve.host == "[::]" then
-      "[::1]"
-    else if lib.hasInfix ":" serve.host && !lib.hasPrefix "[" serve.host then
-      "[${serve.host}]"
-    else
-      serve.host;
+  loopbackHost = contract.clientHost serve.host;
   baseUrl = "http://${cfg.vllmAddress}";
   servedName = if serve.servedModelName != null then serve.servedModelName else serve.model;
 

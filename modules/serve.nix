@@ -265,15 +265,7 @@ let
     ];
 
   # Where the readiness probe connects: a wildcard listen address is probed on loopback.
-  probeHost =
-    if cfg.host == "0.0.0.0" || cfg.host == "" then
-      "127.0.0.1"
-    else if cfg.host == "::" || cfg.host == "[::]" then
-      "[::1]"
-    else if lib.hasInfix ":" cfg.host && !lib.hasPrefix "[" cfg.host then
-      "[${cfg.host}]"
-    else
-      cfg.host;
+  probeHost = contract.clientHost cfg.host;
   baseUrl = "http://${probeHost}:${toString cfg.port}";
 
   waitReadyArgs = [

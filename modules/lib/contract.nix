@@ -2,6 +2,19 @@
 # The Python side defines the stamp name once too (vllm_station.checkpoint.STAMP_NAME); a test
 # (checks/test_contracts.py) feeds what Nix renders through the Python readers to keep the two equal.
 rec {
+  # Where a client reaches an address the serving unit listens on: a wildcard on loopback, a bare IPv6
+  # address in brackets (the wait-ready probe, monitoring's scrape and probe, golive).
+  clientHost =
+    host:
+    if host == "0.0.0.0" || host == "" then
+      "127.0.0.1"
+    else if host == "::" || host == "[::]" then
+      "[::1]"
+    else if builtins.match ".*:.*" host != null && builtins.substring 0 1 host != "[" then
+      "[${host}]"
+    else
+      host;
+
   # The serving unit, and the container it runs (same name).
   unit = "vllm-station";
   stateDir = "/var/lib/${unit}";
