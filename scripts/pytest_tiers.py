@@ -52,7 +52,9 @@ def tier_of(item: pytest.Item) -> str:
     return next((m for m in TIER_MARKERS if item.get_closest_marker(m)), "unit")
 
 
-@pytest.hookimpl(trylast=True)  # after the conftests' hooks, which add tier markers by fixture
+# tryfirst: xdist's worker turns `xdist_group` markers into groups in its own pytest_collection_modifyitems,
+# so they must be on the items before it runs (the conftests add tier markers at pytest_itemcollected).
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         tier = tier_of(item)
@@ -61,6 +63,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         # fixtures such as one NixOS evaluation run once), and each shared tier stays on one worker.
         group = tier if tier in SHARED_TIERS else item.nodeid.split("::", 1)[0]
         item.add_marker(pytest.mark.xdist_group(group))
+    # The shared tiers are the longest groups: first in the queue, they start at once on their own
+    # workers instead of becoming the run's tail (stable: the order inside each group is kept).
+    items.sort(key=lambda item: _tier_of[item.nodeid] not in SHARED_TIERS)
 
 
 def _report_tier(report: pytest.TestReport) -> str:

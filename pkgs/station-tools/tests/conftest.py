@@ -80,10 +80,11 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{name}: {text}")
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        if REALVLLM_FIXTURES.intersection(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.realvllm)
+def pytest_itemcollected(item: pytest.Item) -> None:
+    # At collection, before any pytest_collection_modifyitems: scripts/pytest_tiers.py groups items for
+    # xdist by tier in a hook that must run before xdist's own.
+    if REALVLLM_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        item.add_marker(pytest.mark.realvllm)
 
 
 # ---- what is installed --------------------------------------------------------------------------

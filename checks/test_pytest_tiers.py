@@ -1,0 +1,114 @@
+"""scripts/pytest_tiers.py under xdist, as scripts/check runs it: do the groups reach xdist's scheduler?
+
+A shared tier (real vLLM, system, build-env) split across workers makes the workers queue on one lock —
+the real-vLLM tests once waited 23 minutes in setup for a server another worker held. A file split across
+workers repeats its module-scoped fixtures (a NixOS evaluation each). This runs a small suite the way
+scripts/check runs the real one and asserts where each test ran.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections import defaultdict
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+RECORD = textwrap.dedent(
+    """
+    import json, os, pathlib
+    import pytest
+
+    def record(name):
+        out = pathlib.Path(os.environ["TIERS_RECORD"]) / f"{name}.json"
+        out.write_text(json.dumps({"worker": os.environ.get("PYTEST_XDIST_WORKER", "main")}))
+    """
+)
+
+CONFTEST = textwrap.dedent(
+    """
+    import pytest
+
+    @pytest.fixture(scope="session")
+    def shared_server():
+        return "server"
+
+    def pytest_itemcollected(item):
+        # like pkgs/station-tools/tests/conftest.py: the tier comes from a fixture the test uses
+        if "shared_server" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.realvllm)
+    """
+)
+
+
+def _unit_file(name: str) -> str:
+    return RECORD + "".join(
+        f"\n\n@pytest.mark.parametrize('i', range(4))\ndef test_{name}_{k}(i):\n    record(f'{name}-{k}-{{i}}')\n"
+        for k in range(3)
+    )
+
+
+def _shared_file(name: str, how: str) -> str:
+    # half by fixture (conftest marks it), half by module marker
+    if how == "fixture":
+        body = f"\n\n@pytest.mark.parametrize('i', range(6))\ndef test_{name}(shared_server, i):\n"
+    else:
+        body = f"\n\npytestmark = pytest.mark.system\n\n@pytest.mark.parametrize('i', range(6))\ndef test_{name}(i):\n"
+    return RECORD + body + f"    record(f'shared-{name}-{{i}}')\n"
+
+
+def _suite(tmp_path: Path) -> Path:
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "conftest.py").write_text(CONFTEST)
+    for name in ("alpha", "beta", "gamma", "delta"):
+        (suite / f"test_{name}.py").write_text(_unit_file(name))
+    (suite / "test_vllm_one.py").write_text(_shared_file("vllm_one", "fixture"))
+    (suite / "test_vllm_two.py").write_text(_shared_file("vllm_two", "fixture"))
+    (suite / "test_sys_one.py").write_text(_shared_file("sys_one", "marker"))
+    (suite / "test_sys_two.py").write_text(_shared_file("sys_two", "marker"))
+    return suite
+
+
+def _pytest(suite: Path, record: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "TIERS_RECORD": str(record), "PYTHONPATH": str(REPO / "scripts"), "PYTEST_ADDOPTS": ""}
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "pytest_tiers", *args,
+         "-p", "no:cacheprovider", "--rootdir", str(suite), "-c", "/dev/null", str(suite)],
+        check=False, env=env, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+
+
+def test_xdist_keeps_a_file_and_a_shared_tier_on_one_worker(tmp_path: Path) -> None:
+    suite = _suite(tmp_path)
+    record = tmp_path / "record"
+    record.mkdir()
+    run = _pytest(suite, record, "-n", "3", "--dist", "loadgroup", "-q")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    workers: dict[str, set[str]] = defaultdict(set)
+    for f in record.glob("*.json"):
+        first, second, _ = f.stem.split("-")  # alpha-<k>-<i> or shared-<file>-<i>
+        group = first if first != "shared" else ("realvllm" if second.startswith("vllm") else "system")
+        workers[group].add(json.loads(f.read_text())["worker"])
+    assert len(list(record.glob("*.json"))) == 4 * 3 * 4 + 4 * 6
+    assert set(workers) == {"alpha", "beta", "gamma", "delta", "realvllm", "system"}
+    # really distributed (else the assertions below hold trivially)
+    assert len(set().union(*workers.values())) >= 2, workers
+    assert all(w.startswith("gw") for ws in workers.values() for w in ws), workers
+    split = {group: sorted(ws) for group, ws in workers.items() if len(ws) != 1}
+    assert not split, f"groups that ran on more than one worker: {split}"
+
+
+def test_shared_tiers_are_queued_first(tmp_path: Path) -> None:
+    # the longest groups start at once instead of becoming the run's tail
+    suite = _suite(tmp_path)
+    run = _pytest(suite, tmp_path, "--collect-only", "-q")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    ids = [line for line in run.stdout.splitlines() if "::" in line]
+    assert len(ids) == 4 * 3 * 4 + 4 * 6
+    shared = [i for i, nodeid in enumerate(ids) if "test_vllm_" in nodeid or "test_sys_" in nodeid]
+    assert shared == list(range(24)), ids[:30]
