@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import shutil
 import subprocess
 import tarfile
@@ -135,3 +136,25 @@ def entry_names(entry: Path, args: list[str], var: str, marker_file: str) -> lis
         return [UNLISTABLE]
     names: list[str] = json.loads(proc.stdout)
     return names
+
+
+def exposure(name: str, unit_text: str, tmp: Path) -> float:
+    """`systemd-analyze security --offline` of a rendered unit: 0 (best) to 10 (worst).
+
+    Skips (saying why) where this systemd cannot measure it offline."""
+    if shutil.which("systemd-analyze") is None:
+        pytest.skip("systemd-analyze not installed: exposure not measured; install systemd (>= 250) to enable")
+    probe = subprocess.run(
+        ["systemd-analyze", "security", "--help"], capture_output=True, text=True, check=False
+    )
+    if "--offline" not in probe.stdout:
+        pytest.skip("this systemd-analyze has no --offline (needs systemd >= 250): exposure not measured")
+    unit = tmp / name
+    unit.write_text(unit_text)
+    proc = subprocess.run(
+        ["systemd-analyze", "security", "--offline=yes", "--no-pager", str(unit)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    found = re.search(rf"Overall exposure level for {re.escape(name)}: ([0-9.]+)", proc.stdout + proc.stderr)
+    assert found, f"systemd-analyze security gave no exposure level:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
+    return float(found.group(1))

@@ -48,7 +48,7 @@ from gateway.harness import (
     start_render,
     unit_values,
 )
-from nixenv import require_nix, require_tree
+from nixenv import exposure, require_nix, require_tree
 
 pytestmark = pytest.mark.nix_nixos
 
@@ -169,6 +169,13 @@ def test_keys_unit_runs_before_nginx_with_credentials_only(env: Env) -> None:
     assert (
         "alice=%d/key-alice" in argv and "%d/upstream-key" in argv
     )  # systemd expands %d, once
+
+
+def test_keys_unit_exposure(env: Env, tmp_path: Path) -> None:
+    """`systemd-analyze security` of the keys unit as rendered: it reads secrets, so it stays sandboxed."""
+    score = exposure("vllm-station-gateway-keys.service", env.rendered["example"]["keysUnit"], tmp_path)
+    print(f"systemd-analyze security exposure of vllm-station-gateway-keys.service: {score}")
+    assert score <= 1.4, f"exposure {score} > 1.4"
 
 
 def test_nginx_conf_balancing_and_streaming_directives(env: Env) -> None:

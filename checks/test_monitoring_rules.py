@@ -27,7 +27,7 @@ from monitoring.rendered import (
     local_config,
     rendered,
 )
-from nixenv import REPO, require_tree
+from nixenv import REPO, exposure, require_tree
 from test_nix_flake import _flake_eval
 from vllm_station import cli, textfile
 
@@ -150,6 +150,21 @@ def test_the_units_command_lines_parse_with_the_real_station_cli(r: Rendered) ->
     assert (watchdog.interval, watchdog.probe_timeout, watchdog.wedge_verdicts) == (30, 20, 3)
     timer = r.units["vllm-station-probe.timer"]
     assert "OnUnitActiveSec=300" in timer and "WantedBy=timers.target" in timer
+
+
+# `systemd-analyze security` exposure (0 best, 10 worst) of the units monitoring renders, as measured on
+# systemd 252: a change that loosens a sandbox fails.
+MAX_EXPOSURE = {
+    "vllm-station-probe.service": 1.4,
+    "vllm-station-watchdog.service": 1.7,  # root: restarting the serving unit is a call only root may make
+}
+
+
+@pytest.mark.parametrize("unit", sorted(MAX_EXPOSURE))
+def test_unit_exposure(r: Rendered, unit: str, tmp_path: Path) -> None:
+    score = exposure(unit, r.units[unit], tmp_path)
+    print(f"systemd-analyze security exposure of {unit}: {score}")
+    assert score <= MAX_EXPOSURE[unit], f"exposure {score} > {MAX_EXPOSURE[unit]} for {unit}"
 
 
 def test_the_textfile_directory_is_one_contract(r: Rendered) -> None:

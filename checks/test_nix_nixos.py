@@ -10,8 +10,6 @@ from __future__ import annotations
 import functools
 import os
 import re
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +20,7 @@ from nixenv import (
     UNLISTABLE,
     entry_names,
     eval_json,
+    exposure,
     require_nix,
     require_tree,
 )
@@ -100,37 +99,12 @@ def test_both_systems_evaluated() -> None:
             assert f"flash-station/{system}/{check}" in passed, f"flash-station/{system}/{check} did not pass"
 
 
-def _exposure(name: str, unit_text: str, tmp: Path) -> float:
-    unit = tmp / name
-    unit.write_text(unit_text)
-    proc = subprocess.run(
-        ["systemd-analyze", "security", "--offline=yes", "--no-pager", str(unit)],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
-    found = re.search(
-        rf"Overall exposure level for {re.escape(name)}: ([0-9.]+)", proc.stdout + proc.stderr
-    )
-    assert found, (
-        f"systemd-analyze security gave no exposure level:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
-    )
-    return float(found.group(1))
-
-
 @pytest.mark.nix_nixos
 @pytest.mark.parametrize("example", sorted(MAX_EXPOSURE))
 def test_security_exposure(example: str, tmp_path: Path) -> None:
     """`systemd-analyze security --offline` on the unit as NixOS renders it (the hardening, measured)."""
     _require("systemd-analyze of the rendered unit (checks/nixos)")
-    if shutil.which("systemd-analyze") is None:
-        pytest.skip(
-            "systemd-analyze not installed: exposure not measured; install systemd (>= 250) to enable"
-        )
-    probe = subprocess.run(
-        ["systemd-analyze", "security", "--help"], capture_output=True, text=True, check=False
-    )
-    if "--offline" not in probe.stdout:
-        pytest.skip("this systemd-analyze has no --offline (needs systemd >= 250): exposure not measured")
-    score = _exposure(example.rsplit("/", 1)[1], _units()[example], tmp_path)
+    score = exposure(example.rsplit("/", 1)[1], _units()[example], tmp_path)
     print(f"systemd-analyze security exposure of {example}: {score}")
     assert score <= MAX_EXPOSURE[example], f"exposure {score} > {MAX_EXPOSURE[example]} for {example}"
 

@@ -37,6 +37,7 @@ def _level(report: dict[str, Any], name: str) -> dict[str, Any]:
     return next(lv for lv in report["levels"] if lv["name"] == name)
 
 
+@pytest.mark.timing
 def test_c1_metrics_match_the_schedule(sim: SimProcess, tmp_path: Path) -> None:
     sim.reset()
     rc, rep = _bench(tmp_path, sim.base_url, "sweep", "-c", "1", "--requests", "4", "--output-len", "20")
@@ -61,6 +62,7 @@ def test_c1_metrics_match_the_schedule(sim: SimProcess, tmp_path: Path) -> None:
     assert rep["prompts"]["counted_by"] == "server /tokenize" and rep["prompts"]["exact"] is True
 
 
+@pytest.mark.timing
 def test_c64_metrics_match_the_schedule(sim: SimProcess, tmp_path: Path) -> None:
     rc, rep = _bench(
         tmp_path,
@@ -98,6 +100,7 @@ def test_burst_and_repeats(sim: SimProcess, tmp_path: Path) -> None:
     assert lv["ttft"]["repeat_median_min"] <= lv["ttft"]["repeat_median_max"]
 
 
+@pytest.mark.timing
 def test_prefill_rate_from_prompt_tokens_over_ttft(tmp_path: Path) -> None:
     per_token = 2e-5
     with SimProcess(["--ttft", "0.01", "--itl", "0.001", "--prefill-per-token", str(per_token)]) as s:
