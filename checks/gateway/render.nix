@@ -71,6 +71,8 @@ let
         services.vllm-station.gateway.port = lib.mkForce p.gateway-rr; # both can run at once
         # The 504 proof: a wedged station (no answer at all) times out in seconds, not an hour.
         services.vllm-station.gateway.readTimeout = 2;
+        # The 403 proof: clients from 127.0.0.1 only (a test connects from 127.0.0.2).
+        services.vllm-station.gateway.allowFrom = [ "127.0.0.1" ];
       }
     ];
     # scripts/bench-gateway: one station behind the gateway (the same simulator as direct).
