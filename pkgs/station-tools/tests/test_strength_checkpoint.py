@@ -1,0 +1,414 @@
+"""Mutants of the checkpoint contract that survived the other tests (issue 17, measured with
+`scripts/bench-mutation --module verify`): `--sha256`'s comparison with the recorded hashes, the report's
+summary line, table and failure message, the header reader's nesting / text / number rules, the hashing
+pool's Ctrl-C behaviour, the cache-dropping hash loop, the KV-cache layout reader and the small helpers.
+Everything runs in-process on real files; messages are compared whole, since operators read them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from hubserver import git_blob_sha1, make_checkpoint
+
+from vllm_station.checkpoint import files, hashes
+from vllm_station.checkpoint.files import MAX_LISTED, join_limited, read_error
+from vllm_station.checkpoint.hashes import HASHES_NAME, HashRecord, RecordedFile, hash_file, write_hash_record
+from vllm_station.checkpoint.layout import KvCacheQuant, read_kv_cache_quant
+from vllm_station.checkpoint.safetensors import MAX_DEPTH, ShardError, read_shard_header
+from vllm_station.checkpoint.stamp import Stamp, StampFile, read_stamp, write_stamp
+from vllm_station.checkpoint.verification import (
+    Problem,
+    VerifyReport,
+    _HashPool,
+    failure_message,
+    report_text,
+    summary_line,
+    verify_checkpoint,
+)
+
+SHARDS = [f"model-0000{i}-of-00003.safetensors" for i in (1, 2, 3)]
+
+
+def record(directory: Path, **override: RecordedFile | None) -> dict[str, RecordedFile]:
+    """What `station download` records (sha256 for shards, git blob ids otherwise), with overrides
+    (None: leave that file out of the record)."""
+    recorded = {}
+    for p in sorted(directory.iterdir()):
+        if p.is_file() and not p.name.startswith(".station"):
+            data = p.read_bytes()
+            if p.suffix == ".safetensors":
+                recorded[p.name] = RecordedFile(size=len(data), sha256=hashlib.sha256(data).hexdigest())
+            else:
+                recorded[p.name] = RecordedFile(size=len(data), git_blob_sha1=git_blob_sha1(data))
+    for name, rec in override.items():
+        if rec is None:
+            recorded.pop(name, None)
+        else:
+            recorded[name] = rec
+    write_hash_record(directory, HashRecord(repo="org/model", revision="a" * 40, files=recorded))
+    return recorded
+
+
+@pytest.fixture
+def ckpt(tmp_path: Path) -> Path:
+    d = tmp_path / "ckpt"
+    make_checkpoint(d, shards=3, tensors_per_shard=4)
+    return d
+
+
+def check(d: Path, progress: list[str] | None = None) -> VerifyReport:
+    return verify_checkpoint(
+        d,
+        sha256=True,
+        write_stamp=False,
+        hash_workers=2,
+        on_progress=None if progress is None else progress.append,
+    )
+
+
+# ---- --sha256 against the record ---------------------------------------------------------------------
+
+
+def test_sha256_without_a_record_names_the_file_and_the_fix(ckpt: Path) -> None:
+    report = check(ckpt)
+    assert report.problems == [
+        Problem(
+            HASHES_NAME,
+            "missing: --sha256 compares with the hub's hashes that `station download` records here; "
+            "without them nothing can be compared (download with `station download`, or copy the "
+            "directory together with this file)",
+        )
+    ]
+    assert not report.sha256_checked
+
+
+def test_every_file_hashed_is_reported_to_progress_and_checked(ckpt: Path) -> None:
+    recorded = record(ckpt)
+    progress: list[str] = []
+    report = check(ckpt, progress)
+    assert report.problems == [] and report.warnings == []
+    assert report.sha256_checked is True
+    assert sorted(progress) == sorted(recorded)
+    assert {f.path: f.sha256 for f in report.files if f.sha256} == {
+        n: hashlib.sha256((ckpt / n).read_bytes()).hexdigest() for n in recorded
+    }
+
+
+def test_recorded_but_missing_files_are_each_named_once_and_the_rest_still_checked(ckpt: Path) -> None:
+    (ckpt / "aaa-notes.txt").write_text("notes\n")
+    (ckpt / "zzz-extra.txt").write_text("extra\n")
+    record(ckpt)
+    (ckpt / "aaa-notes.txt").unlink()  # sorted first: the files after it are still compared
+    (ckpt / "zzz-extra.txt").unlink()
+    (ckpt / SHARDS[1]).unlink()  # the index check names it already
+    (ckpt / "config.json").write_text((ckpt / "config.json").read_text() + " ")  # a size change after it
+    report = check(ckpt)
+    size = (ckpt / "config.json").stat().st_size
+    assert sorted((p.path, p.problem) for p in report.problems) == sorted([
+        ("aaa-notes.txt", f"recorded in {HASHES_NAME} but missing"),
+        ("zzz-extra.txt", f"recorded in {HASHES_NAME} but missing"),
+        (SHARDS[1], "listed in model.safetensors.index.json but missing"),
+        ("config.json", f"size {size} differs from the recorded {size - 1}"),
+    ])  # fmt: skip
+    assert not report.sha256_checked
+
+
+def test_size_changes_are_each_named_and_nothing_is_hashed_for_them(ckpt: Path) -> None:
+    (ckpt / "notes.txt").write_text("notes\n")
+    recorded = record(ckpt)
+    for name in ("config.json", "notes.txt"):
+        with open(ckpt / name, "a") as f:
+            f.write(" ")  # still valid JSON
+    progress: list[str] = []
+    report = check(ckpt, progress)
+    assert [(p.path, p.problem) for p in report.problems] == [
+        (name, f"size {recorded[name].size + 1} differs from the recorded {recorded[name].size}")
+        for name in ("config.json", "notes.txt")
+    ]
+    assert "config.json" not in progress and "notes.txt" not in progress
+    assert not report.sha256_checked  # every hash that was compared matched: the sizes still fail it
+
+
+def test_a_record_without_a_hash_or_without_the_file(ckpt: Path) -> None:
+    (ckpt / "README.md").write_text("readme\n")
+    record(ckpt, **{"tokenizer.json": RecordedFile(size=None)})
+    (ckpt / "tokenizer.json").write_text("{}")
+    report = check(ckpt)
+    assert [(p.path, p.problem) for p in report.problems] == [
+        ("tokenizer.json", f"{HASHES_NAME} records no hash for it")
+    ]
+
+
+def test_files_the_record_lacks(ckpt: Path) -> None:
+    (ckpt / "README.md").write_text("readme\n")
+    record(ckpt, **{"README.md": None, "config.json": None, SHARDS[0]: None})
+    report = check(ckpt)
+    assert sorted((p.path, p.problem) for p in report.problems) == [
+        ("config.json", f"no recorded hash in {HASHES_NAME} to compare with"),
+        (SHARDS[0], f"no recorded hash in {HASHES_NAME} to compare with"),
+    ]
+    assert report.warnings == [f"README.md: not in {HASHES_NAME}, not compared"]
+
+
+def test_mismatches_show_both_hash_prefixes(ckpt: Path) -> None:
+    (ckpt / "notes.txt").write_text("notes\n")
+    recorded = record(ckpt)
+    (ckpt / "notes.txt").write_text("Notes\n")  # same size
+    data = bytearray((ckpt / SHARDS[0]).read_bytes())
+    data[-2] ^= 0xFF  # in the data area: the header still holds
+    (ckpt / SHARDS[0]).write_bytes(bytes(data))
+    report = check(ckpt)
+    sha = hashlib.sha256((ckpt / SHARDS[0]).read_bytes()).hexdigest()
+    blob = git_blob_sha1(b"Notes\n")
+    assert sorted((p.path, p.problem) for p in report.problems) == [
+        (SHARDS[0], f"sha256 mismatch: recorded {recorded[SHARDS[0]].sha256[:16]}…, file has {sha[:16]}…"),
+        ("notes.txt", f"git blob id mismatch: recorded {recorded['notes.txt'].git_blob_sha1[:16]}…, "
+                      f"file has {blob[:16]}…"),
+    ]  # fmt: skip
+    assert not report.sha256_checked
+
+
+def test_a_file_that_cannot_be_hashed_is_a_problem_not_a_traceback(ckpt: Path) -> None:
+    record(ckpt, **{"notes.txt": RecordedFile(size=None, git_blob_sha1="0" * 40)})
+    os.mkfifo(ckpt / "notes.txt")  # listed (stat works), refused when opened for hashing
+    report = check(ckpt)
+    assert [p.path for p in report.problems] == ["notes.txt"]
+    assert report.problems[0].problem.startswith("cannot read: ")
+    assert not report.sha256_checked
+
+
+# ---- the hashing pool --------------------------------------------------------------------------------
+
+
+def test_leaving_the_pool_on_an_exception_cancels_the_queue_and_waits_for_the_running() -> None:
+    started = threading.Event()
+
+    def slow() -> str:
+        started.set()
+        time.sleep(0.3)
+        return "done"
+
+    with pytest.raises(KeyboardInterrupt), _HashPool(max_workers=1) as pool:
+        running = pool.submit(slow)
+        queued = [pool.submit(slow) for _ in range(5)]
+        started.wait(5)
+        raise KeyboardInterrupt
+    assert running.done() and running.result() == "done"  # waited for
+    assert all(f.cancelled() for f in queued)
+
+
+def test_leaving_the_pool_normally_runs_everything() -> None:
+    with _HashPool(max_workers=1) as pool:
+        futures = [pool.submit(time.sleep, 0.01) for _ in range(4)]
+    assert all(f.done() and not f.cancelled() for f in futures)
+
+
+# ---- hash_file ---------------------------------------------------------------------------------------
+
+
+def test_hash_file_drops_each_chunk_from_the_cache_behind_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = os.urandom(hashes.HASH_CHUNK * 2 + 1000)
+    path = tmp_path / "f.bin"
+    path.write_bytes(data)
+    calls: list[tuple[int, int, int]] = []
+    monkeypatch.setattr(os, "posix_fadvise", lambda fd, off, n, advice: calls.append((off, n, advice)))
+    digest, blob = hash_file(path, want_blob=True)
+    assert digest == hashlib.sha256(data).hexdigest() and blob == git_blob_sha1(data)
+    chunk = hashes.HASH_CHUNK
+    assert calls == [(0, chunk, os.POSIX_FADV_DONTNEED), (chunk, chunk, os.POSIX_FADV_DONTNEED),
+                     (2 * chunk, 1000, os.POSIX_FADV_DONTNEED)]  # fmt: skip
+    assert hash_file(path, want_blob=False) == (digest, None)
+
+
+# ---- the report ----------------------------------------------------------------------------------------
+
+
+def _report(**kw: object) -> VerifyReport:
+    base: dict[str, object] = dict(
+        ok=True, dir="/m/ckpt", repo=None, revision=None, architectures=["A", "B"], quant_algo="NVFP4",
+        shards=3, tensors=12345, total_bytes=1_234_567_890, sha256_checked=True, seconds=1.234, stamp=None,
+    )  # fmt: skip
+    base.update(kw)
+    return VerifyReport(**base)  # type: ignore[arg-type]
+
+
+def test_summary_line_ok_and_not() -> None:
+    assert summary_line(_report()) == (
+        "verify /m/ckpt: OK — 3 shards, 12,345 tensors, 1.23 GB, architectures A,B, quant_algo NVFP4, "
+        "sha256 checked (1.23 s)"
+    )
+    assert summary_line(_report(ok=False, architectures=[], quant_algo=None, sha256_checked=False)) == (
+        "verify /m/ckpt: NOT VERIFIED — 3 shards, 12,345 tensors, 1.23 GB, architectures -, quant_algo -, "
+        "sha256 not checked (1.23 s)"
+    )
+
+
+def test_report_text_holds_the_summary_the_problems_and_the_stamp() -> None:
+    bad = _report(ok=False, problems=[Problem("a.safetensors", "truncated"), Problem("config.json", "bad")])
+    lines = report_text(bad).split("\n")
+    assert lines[0] == summary_line(bad)
+    assert lines[1].split() == ["file", "problem"]
+    rows = [line for line in lines[2:] if line.strip() and set(line.replace(" ", "")) != {"-"}]
+    assert [line.split(None, 1) for line in rows] == [
+        ["a.safetensors", "truncated"], ["config.json", "bad"],
+    ]  # fmt: skip
+    good = _report(stamp="/m/ckpt/.station-verified.json")
+    assert report_text(good) == summary_line(good) + "\nstamp: /m/ckpt/.station-verified.json"
+
+
+def test_failure_message_names_the_files_and_the_stamp() -> None:
+    problems = [Problem("b.json", "bad"), Problem("a.safetensors", "truncated"), Problem("b.json", "worse")]
+    assert failure_message(_report(ok=False, problems=problems)) == (
+        "/m/ckpt is NOT verified (3 problem(s) in a.safetensors, b.json); no .station-verified.json was "
+        "written and any old one is removed. First: b.json: bad"
+    )
+    left = _report(ok=False, problems=problems[:1], stamp_left="/m/ckpt/.station-verified.json")
+    assert failure_message(left) == (
+        "/m/ckpt is NOT verified (1 problem(s) in b.json); the old stamp /m/ckpt/.station-verified.json "
+        "could NOT be removed and still stands. First: b.json: bad"
+    )
+
+
+def test_write_stamp_keeps_a_given_time(tmp_path: Path) -> None:
+    stamp = Stamp(repo="org/m", revision="a" * 40, verified_at="2020-01-02T03:04:05Z", sha256_checked=False,
+                  architectures=["A"], quant_algo=None,
+                  files=[StampFile("config.json", 2, None)])  # fmt: skip
+    write_stamp(tmp_path, stamp)
+    got = read_stamp(tmp_path)
+    assert got is not None and got.verified_at == "2020-01-02T03:04:05Z"
+
+
+# ---- helpers ----------------------------------------------------------------------------------------
+
+
+def test_join_limited_at_and_over_the_limit() -> None:
+    names = [f"f{i}" for i in range(MAX_LISTED + 2)]
+    assert join_limited(names[:MAX_LISTED]) == "; ".join(names[:MAX_LISTED])
+    assert join_limited(names) == "; ".join(names[:MAX_LISTED]) + "; and 2 more"
+
+
+def test_read_error_messages() -> None:
+    assert read_error(IsADirectoryError(21, "Is a directory")) == "cannot read: it is a directory, not a file"
+    assert read_error(PermissionError(13, "Permission denied")) == "cannot read: Permission denied"
+    assert read_error(OSError("plain")) == "cannot read: plain"
+    assert files.now_utc().endswith("Z")
+
+
+# ---- the header reader: nesting, text, numbers, shown values ------------------------------------------
+
+
+def raw_shard(path: Path, header_text: str) -> Path:
+    raw = header_text.encode()
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw)
+    return path
+
+
+def refusal(path: Path) -> str:
+    with pytest.raises(ShardError) as err:
+        read_shard_header(path)
+    return str(err.value)
+
+
+def _nested(levels: int) -> str:
+    # a tensor-less header whose __metadata__ is refused later anyway: the nesting rule comes first only
+    # when a surrogate escape makes the reader walk the values; an ignored key inside a tensor holds it
+    return (
+        '{"t": {"dtype": "U8", "shape": [0], "data_offsets": [0, 0], "x": '
+        + "[" * levels
+        + '"\\ud83d\\ude00"'
+        + "]" * levels
+        + "}}"
+    )
+
+
+def test_nesting_is_refused_just_past_max_depth(tmp_path: Path) -> None:
+    # header (0) → "t" (1) → "x" (2) → lists from 3: a string at depth 2 + levels
+    deepest_ok = MAX_DEPTH - 2
+    assert read_shard_header(raw_shard(tmp_path / "ok.safetensors", _nested(deepest_ok)))["t"].end == 0
+    assert refusal(raw_shard(tmp_path / "deep.safetensors", _nested(deepest_ok + 1))) == (
+        f"header JSON is nested deeper than {MAX_DEPTH} levels"
+    )
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        '{"\\ud800": 1}',  # a key
+        '{"v": "\\udfff"}',  # a value
+        '["\\ud800"]',  # a list item
+    ],
+)
+def test_a_lone_surrogate_anywhere_is_refused(tmp_path: Path, where: str) -> None:
+    text = '{"t": {"dtype": "U8", "shape": [0], "data_offsets": [0, 0], "x": ' + where + "}}"
+    message = refusal(raw_shard(tmp_path / "s.safetensors", text))
+    assert message.startswith("header holds a string that is not Unicode text: 'utf-8' codec can't encode")
+
+
+def test_numbers_out_of_range_and_constants_are_refused(tmp_path: Path) -> None:
+    base = '{"t": {"dtype": "U8", "shape": [0], "data_offsets": [0, 0], "x": %s}}'
+    assert refusal(raw_shard(tmp_path / "a.safetensors", base % "1e999")) == (
+        "header holds the number 1e999, out of range"
+    )
+    assert (
+        refusal(raw_shard(tmp_path / "b.safetensors", base % "NaN")) == "header holds NaN, which is not JSON"
+    )
+    assert read_shard_header(raw_shard(tmp_path / "c.safetensors", base % "1.5e300"))["t"].end == 0
+
+
+def test_long_values_are_cut_at_80_characters_in_messages(tmp_path: Path) -> None:
+    def dtype_refusal(value: str) -> str:
+        text = '{"t": {"dtype": ' + json.dumps(value) + ', "shape": [0], "data_offsets": [0, 0]}}'
+        return refusal(raw_shard(tmp_path / "d.safetensors", text))
+
+    exact = "D" * 78  # json.dumps adds the quotes: 80 characters shown whole
+    assert json.dumps(exact) in dtype_refusal(exact) and "…" not in dtype_refusal(exact)
+    longer = "D" * 79
+    assert json.dumps(longer)[:80] + "…" in dtype_refusal(longer)
+    assert json.dumps(longer) not in dtype_refusal(longer)
+
+
+# ---- the KV-cache layout ---------------------------------------------------------------------------------
+
+
+def test_kv_cache_quant_from_config_first_then_hf_quant_config(tmp_path: Path) -> None:
+    assert read_kv_cache_quant(tmp_path) == KvCacheQuant(
+        None, "no kv_cache_quant_algo in config.json or hf_quant_config.json"
+    )
+    (tmp_path / "hf_quant_config.json").write_text(
+        json.dumps({"quantization": {"kv_cache_quant_algo": "FP8"}})
+    )
+    assert read_kv_cache_quant(tmp_path) == KvCacheQuant(
+        "FP8", "hf_quant_config.json quantization.kv_cache_quant_algo"
+    )
+    (tmp_path / "config.json").write_text(
+        json.dumps({"quantization_config": {"kv_cache_quant_algo": "INT8"}})
+    )
+    assert read_kv_cache_quant(tmp_path) == KvCacheQuant(
+        "INT8", "config.json quantization_config.kv_cache_quant_algo"
+    )
+    # a config.json without it (or with a non-string) falls through to hf_quant_config.json
+    for config in ({"quantization_config": {"kv_cache_quant_algo": None}}, {"quantization_config": "x"}, [1]):
+        (tmp_path / "config.json").write_text(json.dumps(config))
+        assert read_kv_cache_quant(tmp_path).algo == "FP8"
+    # the other file's section name is not this one's
+    (tmp_path / "hf_quant_config.json").write_text(
+        json.dumps({"quantization_config": {"kv_cache_quant_algo": "FP8"}})
+    )
+    assert read_kv_cache_quant(tmp_path).algo is None
+
+
+def test_kv_cache_quant_names_an_unreadable_file(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(ValueError) as err:
+        read_kv_cache_quant(tmp_path)
+    assert str(err.value).startswith(f"{tmp_path / 'config.json'}: not valid JSON: ")
