@@ -23,7 +23,14 @@ from vllm_station.checkpoint.files import MAX_LISTED, join_limited, read_error
 from vllm_station.checkpoint.hashes import HASHES_NAME, HashRecord, RecordedFile, hash_file, write_hash_record
 from vllm_station.checkpoint.layout import KvCacheQuant, read_kv_cache_quant
 from vllm_station.checkpoint.safetensors import MAX_DEPTH, ShardError, read_shard_header
-from vllm_station.checkpoint.stamp import Stamp, StampFile, read_stamp, write_stamp
+from vllm_station.checkpoint.stamp import (
+    Stamp,
+    StampError,
+    StampFile,
+    changed_files,
+    read_stamp,
+    write_stamp,
+)
 from vllm_station.checkpoint.verification import (
     Problem,
     VerifyReport,
@@ -412,3 +419,103 @@ def test_kv_cache_quant_names_an_unreadable_file(tmp_path: Path) -> None:
     with pytest.raises(ValueError) as err:
         read_kv_cache_quant(tmp_path)
     assert str(err.value).startswith(f"{tmp_path / 'config.json'}: not valid JSON: ")
+
+
+# ---- the stamp: every field read back, every refusal naming the stamp ------------------------------------
+
+STAMP = {
+    "version": 1, "repo": "org/m", "revision": "b" * 40, "verified_at": "2026-01-01T00:00:00Z",
+    "sha256_checked": True, "architectures": ["A", 7, "B"], "quant_algo": "NVFP4",
+    "files": [{"path": "config.json", "size": 12, "sha256": None}, {"path": "sub/w.safetensors", "size": 0,
+                                                                    "sha256": "c" * 64}],
+}  # fmt: skip
+
+
+def test_a_stamp_reads_back_field_by_field(tmp_path: Path) -> None:
+    (tmp_path / ".station-verified.json").write_text(json.dumps(STAMP))
+    got = read_stamp(tmp_path)
+    fields = (got.repo, got.revision, got.verified_at, got.sha256_checked, got.architectures, got.quant_algo)
+    assert fields == (
+        "org/m", "b" * 40, "2026-01-01T00:00:00Z", True, ["A", "B"], "NVFP4"
+    )  # fmt: skip
+    assert got.files == [StampFile("config.json", 12, None), StampFile("sub/w.safetensors", 0, "c" * 64)]
+    assert got.has_revision is True and got.raw == STAMP
+    unchecked = read_stamp_json(tmp_path, {**STAMP, "sha256_checked": "yes", "architectures": "A"})
+    assert unchecked.sha256_checked is False and unchecked.architectures == []
+    bare = {k: v for k, v in STAMP.items() if k not in ("repo", "revision", "quant_algo", "architectures")}
+    got = read_stamp_json(tmp_path, bare)
+    assert (got.repo, got.revision, got.quant_algo, got.has_revision, got.architectures) == (
+        None, None, None, False, []
+    )  # fmt: skip
+
+
+def read_stamp_json(tmp_path: Path, data: object) -> Stamp:
+    (tmp_path / ".station-verified.json").write_text(json.dumps(data))
+    return read_stamp(tmp_path)
+
+
+NOT_INSIDE = "files[0] has no relative 'path' inside the checkpoint: "
+
+
+def stamp_refusal(tmp_path: Path, data: object) -> str:
+    with pytest.raises(StampError) as err:
+        read_stamp_json(tmp_path, data)
+    assert err.value.path == str(tmp_path / ".station-verified.json")
+    return err.value.problem
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        ({"version": 2}, "unknown stamp version 2 (expected 1)"),
+        ({"version": True}, "unknown stamp version True (expected 1)"),
+        ({"files": None}, "no 'files' list: not a complete verify stamp"),
+        ({"files": []}, "an empty 'files' list: verify never writes one, not a verify stamp"),
+        ({"files": ["x"]}, "files[0] is not an object with a 'path' and a 'size'"),
+        ({"files": [{"path": "../x", "size": 1}]}, f"{NOT_INSIDE}'../x'"),
+        ({"files": [{"path": "/x", "size": 1}]}, f"{NOT_INSIDE}'/x'"),
+        ({"files": [{"path": "", "size": 1}]}, f"{NOT_INSIDE}''"),
+        ({"files": [{"path": "x", "size": -1}]}, "files[0] (x) has no 'size' in bytes: -1"),
+        ({"files": [{"path": "x", "size": True}]}, "files[0] (x) has no 'size' in bytes: True"),
+        ({"files": [{"path": "x", "size": 1.0}]}, "files[0] (x) has no 'size' in bytes: 1.0"),
+        ({"files": [{"path": "x", "size": 1, "sha256": 5}]},
+         "files[0] (x) has a 'sha256' that is not a string: 5"),
+        ({"verified_at": ""}, "no 'verified_at' time: ''; not a verify stamp"),
+        ({"repo": 1}, "'repo' is not a string: 1"),
+        ({"revision": ["r"]}, "'revision' is not a string: [\"r\"]"),
+        ({"quant_algo": {"a": "b" * 100}},
+         "'quant_algo' is not a string: " + json.dumps({"a": "b" * 100})[:80]),
+    ],
+)
+def test_a_stamp_refusal_names_the_stamp_and_the_problem(
+    tmp_path: Path, change: dict[str, object], problem: str
+) -> None:
+    assert stamp_refusal(tmp_path, {**STAMP, **change}) == problem
+
+
+def test_a_stamp_that_is_not_an_object_or_not_json(tmp_path: Path) -> None:
+    assert stamp_refusal(tmp_path, [STAMP]) == "not a JSON object (list): not a verify stamp"
+    (tmp_path / ".station-verified.json").write_text("{")
+    with pytest.raises(StampError) as err:
+        read_stamp(tmp_path)
+    assert err.value.path == str(tmp_path / ".station-verified.json")
+    assert err.value.problem.startswith("not valid JSON: ")
+    (tmp_path / ".station-verified.json").write_bytes(b"\xff{}")
+    with pytest.raises(StampError) as err:
+        read_stamp(tmp_path)
+    assert err.value.problem.startswith("not UTF-8 text: ")
+
+
+def test_changed_files_one_line_per_difference(tmp_path: Path) -> None:
+    stamp = read_stamp_json(tmp_path, {**STAMP, "files": [
+        {"path": "same", "size": 3}, {"path": "gone", "size": 1}, {"path": "resized", "size": 4},
+        {"path": "dir", "size": 0}, {"path": "any-size", "size": 1},
+    ]})  # fmt: skip
+    (tmp_path / "same").write_text("abc")
+    (tmp_path / "resized").write_text("abcde")
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "any-size").write_text("x")
+    stamp.files[-1] = StampFile("any-size", None)
+    assert changed_files(stamp, tmp_path) == [
+        "gone missing", "resized 5 B != 4 B", "dir is not a regular file"
+    ]  # fmt: skip
