@@ -26,6 +26,7 @@ from vllm_station.checkpoint.safetensors import MAX_DEPTH, ShardError, read_shar
 from vllm_station.checkpoint.stamp import (
     Stamp,
     StampError,
+    StampMissing,
     StampFile,
     changed_files,
     read_stamp,
@@ -35,6 +36,7 @@ from vllm_station.checkpoint.verification import (
     Problem,
     VerifyReport,
     _HashPool,
+    list_files,
     failure_message,
     report_text,
     summary_line,
@@ -243,7 +245,7 @@ def test_hash_file_drops_each_chunk_from_the_cache_behind_it(
 def _report(**kw: object) -> VerifyReport:
     base: dict[str, object] = dict(
         ok=True, dir="/m/ckpt", repo=None, revision=None, architectures=["A", "B"], quant_algo="NVFP4",
-        shards=3, tensors=12345, total_bytes=1_234_567_890, sha256_checked=True, seconds=1.234, stamp=None,
+        shards=3, tensors=12345, total_bytes=1_005_000_001, sha256_checked=True, seconds=1.234, stamp=None,
     )  # fmt: skip
     base.update(kw)
     return VerifyReport(**base)  # type: ignore[arg-type]
@@ -251,11 +253,11 @@ def _report(**kw: object) -> VerifyReport:
 
 def test_summary_line_ok_and_not() -> None:
     assert summary_line(_report()) == (
-        "verify /m/ckpt: OK — 3 shards, 12,345 tensors, 1.23 GB, architectures A,B, quant_algo NVFP4, "
+        "verify /m/ckpt: OK — 3 shards, 12,345 tensors, 1.01 GB, architectures A,B, quant_algo NVFP4, "
         "sha256 checked (1.23 s)"
     )
     assert summary_line(_report(ok=False, architectures=[], quant_algo=None, sha256_checked=False)) == (
-        "verify /m/ckpt: NOT VERIFIED — 3 shards, 12,345 tensors, 1.23 GB, architectures -, quant_algo -, "
+        "verify /m/ckpt: NOT VERIFIED — 3 shards, 12,345 tensors, 1.01 GB, architectures -, quant_algo -, "
         "sha256 not checked (1.23 s)"
     )
 
@@ -519,3 +521,73 @@ def test_changed_files_one_line_per_difference(tmp_path: Path) -> None:
     assert changed_files(stamp, tmp_path) == [
         "gone missing", "resized 5 B != 4 B", "dir is not a regular file"
     ]  # fmt: skip
+
+
+def test_a_missing_stamp_and_an_undecodable_one_name_the_stamp(tmp_path: Path) -> None:
+    with pytest.raises(StampMissing) as missing:
+        read_stamp(tmp_path)
+    assert (missing.value.path, missing.value.problem) == (str(tmp_path / ".station-verified.json"), "missing")
+    assert str(missing.value) == f"{tmp_path / '.station-verified.json'}: missing"
+    (tmp_path / ".station-verified.json").write_bytes(b"\xff{}")
+    with pytest.raises(StampError) as err:
+        read_stamp(tmp_path)
+    assert err.value.path == str(tmp_path / ".station-verified.json")
+    (tmp_path / ".station-verified.json").unlink()
+    (tmp_path / ".station-verified.json").mkdir()
+    with pytest.raises(StampError) as err:
+        read_stamp(tmp_path / ".station-verified.json")
+    assert (err.value.path, err.value.problem) == (
+        str(tmp_path / ".station-verified.json"), "cannot read: it is a directory, not a regular file"
+    )  # fmt: skip
+
+
+def test_changed_files_names_an_unreadable_entry_and_goes_on(tmp_path: Path) -> None:
+    (tmp_path / "plain").write_text("x")
+    stamp = read_stamp_json(tmp_path, {**STAMP, "files": [{"path": "plain/inner", "size": 1},
+                                                           {"path": "later", "size": 1}]})  # fmt: skip
+    assert changed_files(stamp, tmp_path) == ["plain/inner cannot read: Not a directory", "later missing"]
+
+
+# ---- list_files ---------------------------------------------------------------------------------------
+
+
+def test_list_files_leaves_out_the_tools_own_files_only_at_the_top(tmp_path: Path) -> None:
+    for rel in (".cache/huggingface/x", "sub/.cache/y", "a.incomplete", "sub/b.incomplete", "keep.json",
+                ".station-verified.json", ".station-hashes.json", "sub/.station-verified.json"):  # fmt: skip
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("12")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    entries, problems = list_files(tmp_path)
+    assert [(e.path, e.size) for e in entries] == [
+        ("keep.json", 2), ("sub/.cache/y", 2), ("sub/.station-verified.json", 2)
+    ]  # fmt: skip
+    assert problems == [Problem("dangling", "cannot read: No such file or directory")]
+
+
+def test_list_files_of_a_file_is_a_problem_not_a_traceback(tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("x")
+    entries, problems = list_files(tmp_path / "f")
+    assert entries == [] and problems == [Problem(".", "cannot read: Not a directory")]
+
+
+# ---- more of the hashing and the header's nesting --------------------------------------------------------
+
+
+def test_every_file_that_cannot_be_hashed_is_named(ckpt: Path) -> None:
+    record(ckpt, **{n: RecordedFile(size=None, git_blob_sha1="0" * 40) for n in ("a.txt", "b.txt")})
+    for n in ("a.txt", "b.txt"):
+        os.mkfifo(ckpt / n)
+    assert [p.path for p in check(ckpt).problems] == ["a.txt", "b.txt"]
+
+
+def _nested_dicts(levels: int) -> str:
+    nested = '{"k": ' * levels + '"\\ud83d\\ude00"' + "}" * levels
+    return '{"t": {"dtype": "U8", "shape": [0], "data_offsets": [0, 0], "x": ' + nested + "}}"
+
+
+def test_nesting_through_objects_is_refused_just_past_max_depth(tmp_path: Path) -> None:
+    deepest_ok = MAX_DEPTH - 2
+    assert read_shard_header(raw_shard(tmp_path / "ok.safetensors", _nested_dicts(deepest_ok)))["t"].end == 0
+    assert refusal(raw_shard(tmp_path / "deep.safetensors", _nested_dicts(deepest_ok + 1))) == (
+        f"header JSON is nested deeper than {MAX_DEPTH} levels"
+    )
