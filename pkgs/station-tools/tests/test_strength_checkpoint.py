@@ -26,8 +26,8 @@ from vllm_station.checkpoint.safetensors import MAX_DEPTH, ShardError, read_shar
 from vllm_station.checkpoint.stamp import (
     Stamp,
     StampError,
-    StampMissing,
     StampFile,
+    StampMissing,
     changed_files,
     read_stamp,
     write_stamp,
@@ -36,8 +36,8 @@ from vllm_station.checkpoint.verification import (
     Problem,
     VerifyReport,
     _HashPool,
-    list_files,
     failure_message,
+    list_files,
     report_text,
     summary_line,
     verify_checkpoint,
@@ -545,7 +545,9 @@ def test_changed_files_names_an_unreadable_entry_and_goes_on(tmp_path: Path) -> 
     (tmp_path / "plain").write_text("x")
     stamp = read_stamp_json(tmp_path, {**STAMP, "files": [{"path": "plain/inner", "size": 1},
                                                            {"path": "later", "size": 1}]})  # fmt: skip
-    assert changed_files(stamp, tmp_path) == ["plain/inner cannot read: Not a directory", "later missing"]
+    assert changed_files(stamp, tmp_path) == [
+        "plain/inner cannot read: Not a directory", "later missing"
+    ]  # fmt: skip
 
 
 # ---- list_files ---------------------------------------------------------------------------------------
