@@ -526,7 +526,8 @@ def test_changed_files_one_line_per_difference(tmp_path: Path) -> None:
 def test_a_missing_stamp_and_an_undecodable_one_name_the_stamp(tmp_path: Path) -> None:
     with pytest.raises(StampMissing) as missing:
         read_stamp(tmp_path)
-    assert (missing.value.path, missing.value.problem) == (str(tmp_path / ".station-verified.json"), "missing")
+    stamp_file = str(tmp_path / ".station-verified.json")
+    assert (missing.value.path, missing.value.problem) == (stamp_file, "missing")
     assert str(missing.value) == f"{tmp_path / '.station-verified.json'}: missing"
     (tmp_path / ".station-verified.json").write_bytes(b"\xff{}")
     with pytest.raises(StampError) as err:
