@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import struct
 import threading
 import time
@@ -33,6 +34,7 @@ from vllm_station.checkpoint.stamp import (
     write_stamp,
 )
 from vllm_station.checkpoint.verification import (
+    Expectations,
     Problem,
     VerifyReport,
     _HashPool,
@@ -594,3 +596,114 @@ def test_nesting_through_objects_is_refused_just_past_max_depth(tmp_path: Path) 
     assert refusal(raw_shard(tmp_path / "deep.safetensors", _nested_dicts(deepest_ok + 1))) == (
         f"header JSON is nested deeper than {MAX_DEPTH} levels"
     )
+
+
+# ---- config.json and hf_quant_config.json ---------------------------------------------------------------
+
+
+def plain(d: Path, **expect: object) -> VerifyReport:
+    return verify_checkpoint(d, Expectations(**expect), write_stamp=False)  # type: ignore[arg-type]
+
+
+def about(report: VerifyReport, path: str) -> list[str]:
+    return [p.problem for p in report.problems if p.path == path]
+
+
+def test_config_shapes(ckpt: Path) -> None:
+    config = json.loads((ckpt / "config.json").read_text())
+    assert plain(ckpt).problems == [] and plain(ckpt).architectures == ["GlmMoeDsaForCausalLM"]
+    (ckpt / "config.json").write_text("[]")
+    assert about(plain(ckpt), "config.json") == ["not a JSON object"]
+    for arch in ("GlmMoeDsaForCausalLM", ["A", 1]):
+        (ckpt / "config.json").write_text(json.dumps({**config, "architectures": arch}))
+        report = plain(ckpt)
+        assert about(report, "config.json") == [f"'architectures' is not a list of names: {arch!r}"]
+        assert report.architectures == []
+    (ckpt / "config.json").write_text(json.dumps({k: v for k, v in config.items() if k != "architectures"}))
+    report = plain(ckpt)
+    assert report.problems == [] and report.architectures == []
+
+
+HQ_ALGO = "hf_quant_config.json quantization.quant_algo"
+
+
+def test_quant_algo_from_either_file_and_the_message_names_where_it_looked(tmp_path: Path) -> None:
+    d = tmp_path / "c"
+    make_checkpoint(d, shards=1, quant_algo=None)
+    report = plain(d, quant_algo="NVFP4")
+    assert report.quant_algo is None
+    assert about(report, "config.json") == [
+        "config.json quantization_config.quant_algo is absent, expected 'NVFP4'"
+    ]
+    hq = d / "hf_quant_config.json"
+    hq.write_text(json.dumps({"quantization": {"quant_algo": "FP8"}}))
+    report = plain(d, quant_algo="NVFP4")
+    assert report.quant_algo == "FP8"
+    assert about(report, "config.json") == [f"{HQ_ALGO} is 'FP8', expected 'NVFP4'"]
+    assert plain(d, quant_algo="FP8").problems == []
+    for bad in ({"quantization": "FP8"}, {"quantization": {"quant_algo": 8}}, ["x"]):
+        hq.write_text(json.dumps(bad))
+        report = plain(d, quant_algo="FP8")
+        assert report.quant_algo is None
+        assert about(report, "config.json") == [f"{HQ_ALGO} is absent, expected 'FP8'"]
+    hq.write_text("{")
+    report = plain(d)
+    assert [p.startswith("not valid JSON: ") for p in about(report, "hf_quant_config.json")] == [True]
+
+
+# ---- the index and the shard list ---------------------------------------------------------------------
+
+
+def test_index_lists_a_directory_and_stray_shards_are_named(ckpt: Path) -> None:
+    shutil.copy(ckpt / SHARDS[0], ckpt / "extra.safetensors")
+    report = plain(ckpt)
+    assert report.problems == []
+    assert report.warnings == [
+        "shards not referenced by model.safetensors.index.json (ignored): extra.safetensors"
+    ]
+    (ckpt / SHARDS[2]).unlink()
+    (ckpt / SHARDS[2]).mkdir()
+    # (and its header cannot be read: the shard check says so too)
+    assert about(plain(ckpt), SHARDS[2]) == [
+        "listed in model.safetensors.index.json but not a regular file",
+        "cannot read: it is a directory, not a regular file",
+    ]
+
+
+def test_no_index_and_no_single_file(tmp_path: Path) -> None:
+    d = tmp_path / "c"
+    make_checkpoint(d, shards=2)
+    (d / "model.safetensors.index.json").unlink()
+    missing = "missing: 2 .safetensors files but no index (and no single model.safetensors)"
+    assert about(plain(d), "model.safetensors.index.json") == [missing]
+    for shard in d.glob("*.safetensors"):
+        shard.unlink()
+    assert about(plain(d), "model.safetensors.index.json") == [
+        "missing: no .safetensors files and no index (and no single model.safetensors)"
+    ]
+
+
+def test_a_single_file_checkpoint_with_the_wrong_shard_count_names_the_file(tmp_path: Path) -> None:
+    d = tmp_path / "c"
+    make_checkpoint(d, shards=1)
+    (d / "model.safetensors.index.json").unlink()
+    (d / "model-00001-of-00001.safetensors").rename(d / "model.safetensors")
+    assert plain(d, shards=1).problems == []
+    assert plain(d, shards=3).problems == [Problem("model.safetensors", "lists 1 shards, expected 3")]
+
+
+# ---- the hash record ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("[]", "not a station hash record (no 'files' object)"),
+        ('{"files": []}', "not a station hash record (no 'files' object)"),
+        ('{"repo": "x"}', "not a station hash record (no 'files' object)"),
+        ('{"files": {"x": 1}}', "entry for 'x' is not an object"),
+    ],
+)
+def test_an_unusable_hash_record_is_named(ckpt: Path, text: str, problem: str) -> None:
+    (ckpt / HASHES_NAME).write_text(text)
+    assert about(plain(ckpt), HASHES_NAME) == [problem]
