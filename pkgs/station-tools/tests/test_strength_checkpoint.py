@@ -31,6 +31,7 @@ from vllm_station.checkpoint.stamp import (
     StampMissing,
     changed_files,
     read_stamp,
+    remove_stamp,
     write_stamp,
 )
 from vllm_station.checkpoint.verification import (
@@ -40,10 +41,12 @@ from vllm_station.checkpoint.verification import (
     _HashPool,
     failure_message,
     list_files,
+    parse_expectations,
     report_text,
     summary_line,
     verify_checkpoint,
 )
+from vllm_station.errors import UsageError
 
 SHARDS = [f"model-0000{i}-of-00003.safetensors" for i in (1, 2, 3)]
 
@@ -707,3 +710,139 @@ def test_a_single_file_checkpoint_with_the_wrong_shard_count_names_the_file(tmp_
 def test_an_unusable_hash_record_is_named(ckpt: Path, text: str, problem: str) -> None:
     (ckpt / HASHES_NAME).write_text(text)
     assert about(plain(ckpt), HASHES_NAME) == [problem]
+
+
+# ---- the header reader's remaining rules --------------------------------------------------------------
+
+
+def one_tensor(path: Path, entry: str, data: bytes = b"") -> Path:
+    raw = ('{"t": ' + entry + "}").encode()
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + data)
+    return path
+
+
+def test_a_repeated_key_is_refused_anywhere(tmp_path: Path) -> None:
+    t = '{"dtype": "U8", "shape": [0], "data_offsets": [0, 0]}'
+    assert refusal(raw_shard(tmp_path / "a.safetensors", '{"t": ' + t + ', "t": ' + t + "}")) == (
+        "header repeats the key 't'"
+    )
+    inner = '{"t": {"dtype": "U8", "dtype": "U8", "shape": [0], "data_offsets": [0, 0]}}'
+    assert refusal(raw_shard(tmp_path / "b.safetensors", inner)) == "header repeats the key 'dtype'"
+    assert read_shard_header(raw_shard(tmp_path / "c.safetensors", '{"t": ' + t + ', "u": ' + t + "}"))
+
+
+def test_keys_the_library_ignores_are_checked_for_nesting_without_any_escape(tmp_path: Path) -> None:
+    def entry(levels: int) -> str:
+        nested = "[" * levels + "1" + "]" * levels
+        return '{"dtype": "U8", "shape": [0], "data_offsets": [0, 0], "x": ' + nested + "}"
+
+    assert read_shard_header(one_tensor(tmp_path / "ok.safetensors", entry(MAX_DEPTH - 2)))["t"].end == 0
+    assert refusal(one_tensor(tmp_path / "deep.safetensors", entry(MAX_DEPTH - 1))) == (
+        f"header JSON is nested deeper than {MAX_DEPTH} levels"
+    )
+
+
+def test_bit_and_byte_boundaries(tmp_path: Path) -> None:
+    # exactly 2^64 bits (2^61 one-byte elements): refused as too many bits
+    entry = '{"dtype": "U8", "shape": [2305843009213693952], "data_offsets": [0, 0]}'
+    assert refusal(one_tensor(tmp_path / "a.safetensors", entry)) == (
+        "tensor 't' (U8 [2305843009213693952]) has more bits than 64 bits count"
+    )
+    # a byte count a float cannot hold exactly: compared as integers (then the data area is too short)
+    big = 2**60 + 1
+    entry = f'{{"dtype": "U8", "shape": [{big}], "data_offsets": [0, {big}]}}'
+    message = refusal(one_tensor(tmp_path / "b.safetensors", entry))
+    assert "needs" not in message
+    # a span measured from a begin that is not 0
+    two = raw_shard(tmp_path / "c.safetensors",
+                    '{"a": {"dtype": "U8", "shape": [8], "data_offsets": [0, 8]}, '
+                    '"b": {"dtype": "F32", "shape": [1], "data_offsets": [8, 14]}}')  # fmt: skip
+    assert refusal(two) == "tensor 'b' (F32 [1]) needs 4 bytes, its offsets span 6"
+
+
+def test_what_numpy_can_hold_with_a_zero_dimension(tmp_path: Path) -> None:
+    def shape(dtype: str, dims: list[int]) -> Path:
+        entry = json.dumps({"dtype": dtype, "shape": dims, "data_offsets": [0, 0]})
+        return one_tensor(tmp_path / "s.safetensors", entry)
+
+    assert read_shard_header(shape("U8", [0, 2**62]))["t"].shape == [0, 2**62]
+    assert read_shard_header(shape("F32", [0, 2**61 - 1]))["t"].shape == [0, 2**61 - 1]
+    assert "numpy and torch cannot hold" in refusal(shape("F32", [0, 2**61]))
+
+
+def test_the_length_prefix(tmp_path: Path) -> None:
+    p = tmp_path / "x.safetensors"
+    p.write_bytes(b"\xff" * 8 + b"{}")
+    assert refusal(p) == "header length 18446744073709551615 exceeds 100000000: not a safetensors file"
+    p.write_bytes(struct.pack("<Q", 100_000_000) + b"{}")
+    assert refusal(p) == "header length 100000000 runs past the end of the file (10 bytes): truncated?"
+    p.write_bytes(struct.pack("<Q", 0))  # 8 bytes: a header of length 0, not a short file
+    assert refusal(p).startswith("header is not valid JSON: ")
+    p.write_bytes(b"\0" * 7)
+    assert refusal(p) == "file is 7 bytes, too short for a safetensors header (truncated?)"
+
+
+def test_header_text_errors(tmp_path: Path) -> None:
+    p = tmp_path / "u.safetensors"
+    raw = b'{"\xff": 1}'
+    p.write_bytes(struct.pack("<Q", len(raw)) + raw)
+    assert refusal(p).startswith("header is not UTF-8: ")
+    deep = "[" * 100_000 + "]" * 100_000
+    assert refusal(raw_shard(tmp_path / "d.safetensors", deep)) == "header JSON is nested too deeply"
+
+
+# ---- load_json, parse_expectations, remove_stamp, the hash record's file, now_utc ----------------------
+
+
+def test_config_json_missing_unreadable_or_not_text(ckpt: Path) -> None:
+    (ckpt / "config.json").unlink()
+    assert about(plain(ckpt), "config.json") == ["missing"]
+    (ckpt / "config.json").mkdir()
+    assert about(plain(ckpt), "config.json") == ["cannot read: it is a directory, not a regular file"]
+    (ckpt / "config.json").rmdir()
+    (ckpt / "config.json").write_bytes(b"\xff{}")
+    assert [p.startswith("not UTF-8 text: ") for p in about(plain(ckpt), "config.json")] == [True]
+
+
+def test_parse_expectations() -> None:
+    expected = Expectations(arch=["A", "B"], quant_algo="NVFP4", shards=1)
+    assert parse_expectations(" A, B,, ", "NVFP4", 1) == expected
+    assert parse_expectations("A B", None, None) == Expectations(arch=["A B"])
+    assert parse_expectations("", None, None) == Expectations()
+    with pytest.raises(UsageError) as err:
+        parse_expectations(None, None, 0)
+    assert str(err.value) == "--expect-shards must be at least 1, got 0"
+
+
+def test_remove_stamp_says_whether_there_was_one(tmp_path: Path) -> None:
+    assert remove_stamp(tmp_path) is False
+    (tmp_path / ".station-verified.json").write_text("{}")
+    assert remove_stamp(tmp_path) is True and not (tmp_path / ".station-verified.json").exists()
+
+
+def test_the_hash_record_file_as_written(tmp_path: Path) -> None:
+    rec = HashRecord(repo="org/m", revision="r" * 40, requested_revision="main", endpoint="https://hub",
+                     files={"b": RecordedFile(2, "s" * 64),
+                            "a": RecordedFile(1, None, "g" * 40)})  # fmt: skip
+    write_hash_record(tmp_path, rec)
+    text = (tmp_path / HASHES_NAME).read_text()
+    data = json.loads(text)
+    assert text == json.dumps(data, indent=2) + "\n"
+    keys = ["version", "repo", "revision", "requested_revision", "endpoint", "recorded_at", "files"]
+    assert list(data) == keys
+    assert (data["version"], data["requested_revision"], data["endpoint"]) == (1, "main", "https://hub")
+    assert list(data["files"]) == ["a", "b"]
+    assert data["files"]["a"] == {"size": 1, "sha256": None, "git_blob_sha1": "g" * 40}
+
+
+def test_now_utc_is_utc_whatever_the_local_zone(monkeypatch: pytest.MonkeyPatch) -> None:
+    from datetime import UTC, datetime
+
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    try:
+        got = datetime.strptime(files.now_utc(), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+        assert abs((got - datetime.now(UTC)).total_seconds()) < 5
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
