@@ -21,7 +21,14 @@ from hubserver import git_blob_sha1, make_checkpoint
 
 from vllm_station.checkpoint import files, hashes
 from vllm_station.checkpoint.files import MAX_LISTED, join_limited, read_error
-from vllm_station.checkpoint.hashes import HASHES_NAME, HashRecord, RecordedFile, hash_file, write_hash_record
+from vllm_station.checkpoint.hashes import (
+    HASHES_NAME,
+    HashRecord,
+    RecordedFile,
+    hash_file,
+    read_hash_record,
+    write_hash_record,
+)
 from vllm_station.checkpoint.layout import KvCacheQuant, read_kv_cache_quant
 from vllm_station.checkpoint.safetensors import MAX_DEPTH, ShardError, read_shard_header
 from vllm_station.checkpoint.stamp import (
@@ -158,6 +165,15 @@ def test_a_record_without_a_hash_or_without_the_file(ckpt: Path) -> None:
     report = check(ckpt)
     assert [(p.path, p.problem) for p in report.problems] == [
         ("tokenizer.json", f"{HASHES_NAME} records no hash for it")
+    ]
+
+
+def test_every_file_without_a_recorded_hash_is_named(ckpt: Path) -> None:
+    for n in ("a.txt", "b.txt"):
+        (ckpt / n).write_text(n)
+    record(ckpt, **{n: RecordedFile(size=5) for n in ("a.txt", "b.txt")})
+    assert [(p.path, p.problem) for p in check(ckpt).problems] == [
+        (n, f"{HASHES_NAME} records no hash for it") for n in ("a.txt", "b.txt")
     ]
 
 
@@ -729,6 +745,9 @@ def test_a_repeated_key_is_refused_anywhere(tmp_path: Path) -> None:
     inner = '{"t": {"dtype": "U8", "dtype": "U8", "shape": [0], "data_offsets": [0, 0]}}'
     assert refusal(raw_shard(tmp_path / "b.safetensors", inner)) == "header repeats the key 'dtype'"
     assert read_shard_header(raw_shard(tmp_path / "c.safetensors", '{"t": ' + t + ', "u": ' + t + "}"))
+    # the key named is the repeated one, not the first
+    later = '{"a": ' + t + ', "t": ' + t + ', "t": ' + t + "}"
+    assert refusal(raw_shard(tmp_path / "d.safetensors", later)) == "header repeats the key 't'"
 
 
 def test_keys_the_library_ignores_are_checked_for_nesting_without_any_escape(tmp_path: Path) -> None:
@@ -833,6 +852,12 @@ def test_the_hash_record_file_as_written(tmp_path: Path) -> None:
     assert (data["version"], data["requested_revision"], data["endpoint"]) == (1, "main", "https://hub")
     assert list(data["files"]) == ["a", "b"]
     assert data["files"]["a"] == {"size": 1, "sha256": None, "git_blob_sha1": "g" * 40}
+    back = read_hash_record(tmp_path)
+    assert back is not None
+    assert (back.repo, back.revision, back.requested_revision, back.endpoint) == (
+        "org/m", "r" * 40, "main", "https://hub"
+    )  # fmt: skip
+    assert back.files == {"a": RecordedFile(1, None, "g" * 40), "b": RecordedFile(2, "s" * 64)}
 
 
 def test_now_utc_is_utc_whatever_the_local_zone(monkeypatch: pytest.MonkeyPatch) -> None:
