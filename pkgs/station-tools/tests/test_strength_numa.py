@@ -5,6 +5,8 @@ from real libnuma on this machine."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -175,3 +177,35 @@ def test_bind_memory_errors_name_the_way_out(monkeypatch: pytest.MonkeyPatch) ->
     with pytest.raises(StationError) as err:
         bind_memory("0-1", "copy")
     assert str(err.value) == "cannot bind memory to NUMA nodes 0-1: [Errno 1] Operation not permitted"
+
+
+# ---- station numa-exec's own texts (the survivors of the whole-module run) ------------------------------
+
+
+def _numa_exec(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "STATION_LIBNUMA"}
+    return subprocess.run([sys.executable, "-m", "vllm_station", *args], capture_output=True, text=True,
+                          env=env, timeout=120, check=False)  # fmt: skip
+
+
+def test_numa_exec_usage_names_the_nodes_option() -> None:
+    r = _numa_exec("numa-exec", "--help")
+    assert r.returncode == 0
+    assert r.stdout.splitlines()[0] == "usage: station numa-exec [-h] [--membind NODES] ..."
+
+
+def test_numa_exec_without_a_command_shows_how_to_give_one() -> None:
+    r = _numa_exec("numa-exec", "--membind", "0")
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines()[-1] == (
+        "station numa-exec: error: no command given: station numa-exec --membind 0 -- CMD ARGS…"
+    )
+
+
+@pytest.mark.skipif(
+    not numa.available(), reason="libnuma or kernel NUMA support missing: apt-get install libnuma1"
+)
+def test_numa_exec_debug_line_names_the_policy_and_the_command() -> None:
+    r = _numa_exec("--debug", "numa-exec", "--membind", "0", "--", "true")
+    assert r.returncode == 0, r.stderr
+    assert "DEBUG vllm_station.numa_exec: memory policy bind:0, exec ['true']" in r.stderr.splitlines()
