@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 from hubserver import git_blob_sha1, make_checkpoint
+from test_strength_verify import refusal
+from test_verify import record_hashes
 
 from vllm_station.checkpoint import files, hashes
 from vllm_station.checkpoint.files import MAX_LISTED, join_limited, read_error
@@ -30,7 +32,7 @@ from vllm_station.checkpoint.hashes import (
     write_hash_record,
 )
 from vllm_station.checkpoint.layout import KvCacheQuant, read_kv_cache_quant
-from vllm_station.checkpoint.safetensors import MAX_DEPTH, ShardError, read_shard_header
+from vllm_station.checkpoint.safetensors import MAX_DEPTH, read_shard_header
 from vllm_station.checkpoint.stamp import (
     Stamp,
     StampError,
@@ -59,23 +61,18 @@ SHARDS = [f"model-0000{i}-of-00003.safetensors" for i in (1, 2, 3)]
 
 
 def record(directory: Path, **override: RecordedFile | None) -> dict[str, RecordedFile]:
-    """What `station download` records (sha256 for shards, git blob ids otherwise), with overrides
-    (None: leave that file out of the record)."""
-    recorded = {}
-    for p in sorted(directory.iterdir()):
-        if p.is_file() and not p.name.startswith(".station"):
-            data = p.read_bytes()
-            if p.suffix == ".safetensors":
-                recorded[p.name] = RecordedFile(size=len(data), sha256=hashlib.sha256(data).hexdigest())
-            else:
-                recorded[p.name] = RecordedFile(size=len(data), git_blob_sha1=git_blob_sha1(data))
-    for name, rec in override.items():
-        if rec is None:
-            recorded.pop(name, None)
+    """What `station download` records (test_verify's `record_hashes`), with overrides (None: leave that
+    file out of the record)."""
+    record_hashes(directory)
+    rec = read_hash_record(directory)
+    assert rec is not None
+    for name, entry in override.items():
+        if entry is None:
+            rec.files.pop(name, None)
         else:
-            recorded[name] = rec
-    write_hash_record(directory, HashRecord(repo="org/model", revision="a" * 40, files=recorded))
-    return recorded
+            rec.files[name] = entry
+    write_hash_record(directory, rec)
+    return rec.files
 
 
 @pytest.fixture
@@ -341,12 +338,6 @@ def raw_shard(path: Path, header_text: str) -> Path:
     raw = header_text.encode()
     path.write_bytes(struct.pack("<Q", len(raw)) + raw)
     return path
-
-
-def refusal(path: Path) -> str:
-    with pytest.raises(ShardError) as err:
-        read_shard_header(path)
-    return str(err.value)
 
 
 def _nested(levels: int) -> str:
@@ -731,10 +722,8 @@ def test_an_unusable_hash_record_is_named(ckpt: Path, text: str, problem: str) -
 # ---- the header reader's remaining rules --------------------------------------------------------------
 
 
-def one_tensor(path: Path, entry: str, data: bytes = b"") -> Path:
-    raw = ('{"t": ' + entry + "}").encode()
-    path.write_bytes(struct.pack("<Q", len(raw)) + raw + data)
-    return path
+def one_tensor(path: Path, entry: str) -> Path:
+    return raw_shard(path, '{"t": ' + entry + "}")
 
 
 def test_a_repeated_key_is_refused_anywhere(tmp_path: Path) -> None:
