@@ -7,6 +7,7 @@ tried again; any other 4xx to the probe ends the wait at once. Real HTTP on 127.
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import os
 import shutil
@@ -20,7 +21,7 @@ from faultserver import FaultServer, Reply, Request, fake_openai_routes
 
 from vllm_station.cli import main
 from vllm_station.errors import UsageError
-from vllm_station.wait_ready import Options, Outcome, _alive, _watch_pid, wait
+from vllm_station.wait_ready import Options, Outcome, _alive, _watch_pid, configure, wait
 
 COMPLETION = {
     "id": "cmpl-1", "object": "text_completion", "created": 0, "model": "fake",
@@ -330,3 +331,56 @@ def test_ready_means_reached_and_a_timeout_names_itself() -> None:
     with FaultServer(slow) as srv:
         out = wait(Options(base_url=srv.url, model="fake", timeout_s=1.0, interval_s=0.5))
     assert out.reason.startswith("GET /health"), out.reason
+
+
+# --- the command line: its defaults and bounds, and that each option reaches the wait -------------------
+
+
+def _parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="station wait-ready")
+    configure(parser)
+    return parser.parse_args(["--base-url", "http://127.0.0.1:8888", *argv])
+
+
+def test_cli_defaults_and_the_bounds_of_each_option() -> None:
+    args = _parse()
+    assert (args.timeout, args.interval, args.model, args.watch_pid) == (900.0, 5.0, None, None)
+    assert _parse("--interval", "3600").interval == 3600.0
+    assert _parse("--watch-pid", "4194304").watch_pid == 4_194_304  # the kernel's largest pid_max
+    for refused in (["--interval", "3600.5"], ["--watch-pid", "4194305"]):
+        with pytest.raises(SystemExit) as exc:
+            _parse(*refused)
+        assert exc.value.code == 2, refused
+
+
+def test_help_says_what_the_url_is(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("COLUMNS", "400")  # one help text per line
+    assert main(["wait-ready", "--help"]) == 0
+    assert "server root or its /v1 URL, e.g. http://127.0.0.1:8888" in capsys.readouterr().out
+
+
+def test_cli_model_is_the_one_probed(capsys: pytest.CaptureFixture[str]) -> None:
+    listing = Reply(json={"object": "list", "data": [{"id": m, "object": "model"} for m in ("fake", "b")]})
+    with FaultServer(serving() | {("GET", "/v1/models"): listing}) as srv:
+        rc = main(
+            ["wait-ready", "--base-url", srv.url, "--model", "b", "--timeout", "5", "--interval", "0.1"]
+        )
+    out = capsys.readouterr().out
+    assert rc == 0 and " for 'b' in " in out, out
+
+
+def test_cli_watch_pid_ends_the_wait_when_that_process_is_gone(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("MAINPID", raising=False)
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # exited and reaped: no such process any more
+    failing = Reply(status=503, json={"error": {"message": "warming"}})
+    with FaultServer(serving() | {("POST", "/v1/completions"): failing}) as srv:
+        rc = main(["wait-ready", "--base-url", srv.url, "--model", "fake", "--timeout", "20",
+                   "--interval", "0.1", "--watch-pid", str(gone.pid)])  # fmt: skip
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert f"the server process (pid {gone.pid}) exited before it was ready" in err, err
