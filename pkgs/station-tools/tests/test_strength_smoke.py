@@ -34,7 +34,7 @@ from vllm_station.api.errors import (
 )
 from vllm_station.api.models import ToolCall
 from vllm_station.cli import main
-from vllm_station.smoke import CHECKS, error_kind, judge_tool_calls
+from vllm_station.smoke import CHECKS, CheckResult, SmokeReport, error_kind, judge_tool_calls, render
 
 FRAGMENTS = -(-len(WEATHER_ARGS) // 7)  # chat_chunks sends the arguments 7 characters at a time
 
@@ -367,3 +367,135 @@ def test_warnings_keep_their_latency(srv: FaultServer, capsys: pytest.CaptureFix
     assert code == 0
     for name in ("tool_call", "tool_call_stream"):
         assert checks[name]["result"] == "warn" and isinstance(checks[name]["latency_s"], float)
+
+
+# ---- the chat check: what it sends, and how it judges the answer --------------------------------------
+
+
+def chat_as(answer: dict[str, object]) -> object:
+    """A chat route answering the plain chat check (no tools) with `answer`; tool checks as normal."""
+    normal = fake_chat()
+
+    def route(req: Request) -> object:
+        return normal(req) if req.json().get("tools") else Reply(json=answer)
+
+    return route
+
+
+def test_the_chat_request_exactly(srv: FaultServer, capsys: pytest.CaptureFixture[str]) -> None:
+    smoke(capsys, srv.url)
+    chat = next(r.json() for r in srv.requests if r.path == "/v1/chat/completions")
+    assert chat == {
+        "model": "fake", "messages": [{"role": "user", "content": "Say hello."}],
+        "max_tokens": 64, "temperature": 0, "seed": 1234,
+    }  # fmt: skip
+
+
+def test_an_empty_answer_fails_the_chat_check(srv: FaultServer, capsys: pytest.CaptureFixture[str]) -> None:
+    srv.route("POST", "/v1/chat/completions", chat_as(chat_completion("fake", "  \n", reasoning_content="")))
+    code, checks = smoke(capsys, srv.url)
+    assert code == 1
+    chat = checks["chat"]
+    assert (chat["result"], chat["error"]) == ("fail", None)
+    assert chat["reason"] == (
+        "empty answer: no content and no reasoning content; "
+        "finish_reason=stop, 12 prompt + 7 completion tokens"
+    )
+    assert isinstance(chat["latency_s"], float)
+    assert chat["details"] == {
+        "finish_reason": "stop", "usage": {"prompt_tokens": 12, "completion_tokens": 7, "total_tokens": 19},
+        "content_chars": 0, "reasoning_chars": 0,
+    }  # fmt: skip
+    assert [checks[n]["result"] for n in CHECKS] == ["pass", "fail", "pass", "pass"]
+
+
+def test_what_the_chat_check_quotes_is_cut(srv: FaultServer, capsys: pytest.CaptureFixture[str]) -> None:
+    long_text = "word " * 30  # 149 characters once stripped
+    srv.route("POST", "/v1/chat/completions", chat_as(chat_completion("fake", long_text)))
+    _, checks = smoke(capsys, srv.url)
+    quoted = long_text.strip()[:49] + "…"
+    assert checks["chat"]["reason"] == f"{quoted!r}; finish_reason=stop, 12 prompt + 7 completion tokens"
+    thinking = chat_completion("fake", None, reasoning_content=long_text)
+    srv.route("POST", "/v1/chat/completions", chat_as(thinking))
+    _, checks = smoke(capsys, srv.url)
+    chat = checks["chat"]
+    quoted = long_text.strip()[:39] + "…"
+    assert (chat["result"], chat["reason"]) == (
+        "pass", f"reasoning only (149 chars): {quoted!r}; finish_reason=stop, 12 prompt + 7 completion tokens"
+    )
+    assert isinstance(chat["latency_s"], float)
+    assert chat["details"] == {
+        "finish_reason": "stop", "usage": {"prompt_tokens": 12, "completion_tokens": 7, "total_tokens": 19},
+        "content_chars": 0, "reasoning_chars": 149,
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("usage", "shown", "details"),
+    [(None, "no usage", None),
+     ({"completion_tokens": 7}, "? prompt + 7 completion tokens",
+      {"prompt_tokens": None, "completion_tokens": 7, "total_tokens": None}),
+     ({"prompt_tokens": 12}, "12 prompt + ? completion tokens",
+      {"prompt_tokens": 12, "completion_tokens": None, "total_tokens": None})],
+)  # fmt: skip
+def test_usage_as_the_server_gives_it(
+    srv: FaultServer, capsys: pytest.CaptureFixture[str], usage: dict[str, int] | None, shown: str,
+    details: dict[str, int | None] | None,
+) -> None:  # fmt: skip
+    answer = chat_completion("fake", "Hi.")
+    if usage is None:
+        del answer["usage"]
+    else:
+        answer["usage"] = usage
+    srv.route("POST", "/v1/chat/completions", chat_as(answer))
+    _, checks = smoke(capsys, srv.url)
+    assert checks["chat"]["reason"] == f"'Hi.'; finish_reason=stop, {shown}"
+    assert checks["chat"]["details"]["usage"] == details  # type: ignore[index]
+
+
+# ---- failed and skipped checks keep their details' shape; the verdict line --------------------------
+
+
+def test_failed_and_skipped_checks_have_the_details_of_their_kind(
+    srv: FaultServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    normal = fake_chat()
+
+    def no_chat(req: Request) -> object:
+        if req.json().get("tools"):
+            return normal(req)
+        return Reply(status=500, json={"error": {"message": "boom"}})
+
+    srv.route("POST", "/v1/chat/completions", no_chat)
+    _, checks = smoke(capsys, srv.url)
+    assert (checks["chat"]["result"], checks["chat"]["error"]) == ("fail", "http")
+    assert checks["chat"]["details"] == {
+        "finish_reason": None, "usage": None, "content_chars": 0, "reasoning_chars": 0,
+    }  # fmt: skip
+    srv.route("GET", "/v1/models", Reply(json={"object": "list", "data": []}))
+    _, checks = smoke(capsys, srv.url)
+    assert [checks[n]["result"] for n in CHECKS] == ["fail", "skip", "skip", "skip"]
+    assert checks["chat"]["details"] == {
+        "finish_reason": None, "usage": None, "content_chars": 0, "reasoning_chars": 0,
+    }  # fmt: skip
+    assert checks["tool_call"]["details"] == {
+        "finish_reason": None, "usage": None, "tool_calls": 0, "name": None, "arguments": None,
+        "content_chars": 0,
+    }  # fmt: skip
+    assert set(checks["tool_call_stream"]["details"]) == set(checks["tool_call"]["details"]) | {  # type: ignore[call-overload]
+        "chunks", "first_chunk_s", "name_deltas", "argument_fragments", "matches_non_streamed",
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("code", "model", "verdict"),
+    [(0, "fake", "GO"), (1, "fake", "NO-GO"), (2, None, "NO-GO (usage)"), (3, None, "NO-GO (unreachable)"),
+     (7, None, "NO-GO")],  # an exit code render has no word for: still no go
+)  # fmt: skip
+def test_the_verdict_line(code: int, model: str | None, verdict: str) -> None:
+    checks = [CheckResult("models", "pass" if code == 0 else "fail", 0.01, "r", {})]
+    rep = SmokeReport(1, "http://127.0.0.1:8000/v1", model, "auto", 60.0, "pass" if code == 0 else "fail",
+                      code, checks)  # fmt: skip
+    lines = render(rep).splitlines()
+    assert lines[0] == f"station smoke  http://127.0.0.1:8000/v1  model={model or '-'}  tool_choice=auto"
+    assert lines[-1] == f"{verdict}: 1 {'pass' if code == 0 else 'fail'} (exit {code})"
