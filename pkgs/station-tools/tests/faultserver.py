@@ -116,6 +116,12 @@ class FaultServer:
         self._httpd.server_close()
         self._thread.join(timeout=5)
 
+    def stop_listening(self) -> None:
+        """Close the listening socket: later connections are refused, answers in flight are still sent (a
+        server that goes away between two requests). Safe to call from a route."""
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
     def __enter__(self) -> FaultServer:
         return self.start()
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from faultserver import (
@@ -21,6 +22,8 @@ from faultserver import (
     chat_completion,
     fake_chat,
     fake_openai_routes,
+    free_port,
+    models_list,
     tool_call,
 )
 
@@ -482,8 +485,10 @@ def test_failed_and_skipped_checks_have_the_details_of_their_kind(
         "finish_reason": None, "usage": None, "tool_calls": 0, "name": None, "arguments": None,
         "content_chars": 0,
     }  # fmt: skip
-    assert set(checks["tool_call_stream"]["details"]) == set(checks["tool_call"]["details"]) | {  # type: ignore[call-overload]
-        "chunks", "first_chunk_s", "name_deltas", "argument_fragments", "matches_non_streamed",
+    assert checks["tool_call_stream"]["details"] == {
+        "finish_reason": None, "usage": None, "tool_calls": 0, "name": None, "arguments": None,
+        "content_chars": 0, "chunks": 0, "first_chunk_s": None, "name_deltas": None,
+        "argument_fragments": None, "matches_non_streamed": None,
     }  # fmt: skip
 
 
@@ -499,3 +504,91 @@ def test_the_verdict_line(code: int, model: str | None, verdict: str) -> None:
     lines = render(rep).splitlines()
     assert lines[0] == f"station smoke  http://127.0.0.1:8000/v1  model={model or '-'}  tool_choice=auto"
     assert lines[-1] == f"{verdict}: 1 {'pass' if code == 0 else 'fail'} (exit {code})"
+
+
+# ---- the models check: each way it ends ---------------------------------------------------------------
+
+
+def smoke_args(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, Any]]:
+    code = main(["smoke", "--json", *args])
+    rep: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return code, rep
+
+
+@pytest.mark.parametrize(
+    ("listed", "model", "code", "reason", "models"),
+    [([], None, 1, "the server lists no models", []),
+     (["fake", "fake-lora"], None, 2,
+      "the server lists 2 models (fake, fake-lora): choose one with --model", ["fake", "fake-lora"]),
+     (["fake", "fake-lora"], "glm-5.3", 1,
+      "model 'glm-5.3' is not served; the server lists: fake, fake-lora (use --model fake)",
+      ["fake", "fake-lora"])],
+)  # fmt: skip
+def test_a_failed_models_check_reports_whole(
+    srv: FaultServer, capsys: pytest.CaptureFixture[str], listed: list[str], model: str | None, code: int,
+    reason: str, models: list[str],
+) -> None:  # fmt: skip
+    srv.route("GET", "/v1/models", Reply(json=models_list(*listed)))
+    got, rep = smoke_args(capsys, "--base-url", srv.url, *(["--model", model] if model else []))
+    assert got == code and rep["exit_code"] == code and rep["model"] == model
+    first = rep["checks"][0]
+    assert isinstance(first.pop("latency_s"), float)
+    assert first == {"name": "models", "result": "fail", "reason": reason, "error": None,
+                     "details": {"models": models, "max_model_len": None}}  # fmt: skip
+    why = "not run: the models check failed"
+    assert [(c["name"], c["result"], c["latency_s"], c["reason"]) for c in rep["checks"][1:]] == [
+        (n, "skip", None, why) for n in CHECKS[1:]
+    ]
+
+
+@pytest.mark.parametrize(
+    ("listed", "max_model_len", "reason"),
+    [(["fake"], 2048, "serves fake (the only model listed, max_model_len 2048)"),
+     (["fake"], None, "serves fake (the only model listed)"),
+     (["other", "fake"], 2048, "serves fake (one of 2 models listed, max_model_len 2048)")],
+)  # fmt: skip
+def test_the_model_asked_for(
+    srv: FaultServer, capsys: pytest.CaptureFixture[str], listed: list[str], max_model_len: int | None,
+    reason: str,
+) -> None:  # fmt: skip
+    listing = models_list(*listed)
+    for entry in listing["data"]:
+        if max_model_len is None:
+            del entry["max_model_len"]
+    srv.route("GET", "/v1/models", Reply(json=listing))
+    code, rep = smoke_args(capsys, "--base-url", srv.url, "--model", "fake")
+    assert code == 0 and rep["model"] == "fake"
+    assert rep["checks"][0]["reason"] == reason
+    assert rep["checks"][0]["details"] == {"models": listed, "max_model_len": max_model_len}
+
+
+def test_an_unreachable_endpoint_keeps_the_model_asked_for(capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    code, rep = smoke_args(capsys, "--base-url", url, "--model", "glm-5.3")
+    assert (code, rep["result"], rep["model"], rep["base_url"]) == (3, "fail", "glm-5.3", f"{url}/v1")
+
+
+def test_a_server_gone_after_the_models_check_skips_the_rest(
+    srv: FaultServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The server stops right after it listed its model: the chat check finds nothing listening (a real
+    refused connection), and the two tool checks are not run against a server that is gone."""
+    listing = Reply(json=models_list("fake"))
+
+    def list_then_go(_req: Request) -> Reply:
+        srv.stop_listening()
+        return listing
+
+    srv.route("GET", "/v1/models", list_then_go)
+    code, rep = smoke_args(capsys, "--base-url", srv.url)
+    assert (code, rep["result"], rep["model"]) == (3, "fail", "fake")
+    chat = rep["checks"][1]
+    assert (chat["result"], chat["error"]) == ("fail", "unreachable")
+    skipped = rep["checks"][2:]
+    assert [(c["name"], c["result"], c["latency_s"], c["reason"], c["error"]) for c in skipped] == [
+        (n, "skip", None, "not run: endpoint unreachable", None) for n in CHECKS[2:]
+    ]
+    assert skipped[0]["details"] == {
+        "finish_reason": None, "usage": None, "tool_calls": 0, "name": None, "arguments": None,
+        "content_chars": 0,
+    }  # fmt: skip
