@@ -6,6 +6,7 @@ Real HTTP on 127.0.0.1 (faultserver).
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 from collections.abc import Iterator
@@ -37,7 +38,16 @@ from vllm_station.api.errors import (
 )
 from vllm_station.api.models import ToolCall
 from vllm_station.cli import main
-from vllm_station.smoke import CHECKS, CheckResult, SmokeReport, error_kind, judge_tool_calls, render
+from vllm_station.smoke import (
+    CHECKS,
+    CheckResult,
+    SmokeReport,
+    _display_url,
+    configure,
+    error_kind,
+    judge_tool_calls,
+    render,
+)
 
 FRAGMENTS = -(-len(WEATHER_ARGS) // 7)  # chat_chunks sends the arguments 7 characters at a time
 
@@ -592,3 +602,30 @@ def test_a_server_gone_after_the_models_check_skips_the_rest(
         "finish_reason": None, "usage": None, "tool_calls": 0, "name": None, "arguments": None,
         "content_chars": 0,
     }  # fmt: skip
+
+
+# ---- the URL shown, and the command line ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [("http://op:secret@host:8000/v1", "http://host:8000/v1"),
+     ("http://op@host/v1", "http://host/v1"),  # a user without a password is still not shown
+     ("http://:secret@host/v1", "http://host/v1"),  # nor a password without a user
+     ("https://op:secret@[fd00::1]:8443/v1", "https://[fd00::1]:8443/v1"),
+     ("http://op:secret@:8000/v1", "http://:8000/v1"),
+     ("http://GPU-Station:8000/v1", "http://GPU-Station:8000/v1")],  # no credentials: exactly as given
+)  # fmt: skip
+def test_the_url_shown_never_has_credentials(url: str, shown: str) -> None:
+    assert _display_url(url) == shown
+
+
+def test_smoke_cli_defaults(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    parser = argparse.ArgumentParser(prog="station smoke")
+    configure(parser)
+    args = parser.parse_args(["--base-url", "http://127.0.0.1:8000"])
+    assert (args.timeout, args.tool_choice, args.model, args.json) == (60.0, "auto", None, False)
+    monkeypatch.setenv("COLUMNS", "400")
+    assert main(["smoke", "--help"]) == 0
+    usage = capsys.readouterr().out.splitlines()[0]
+    assert " [--model NAME] [--timeout S] [--tool-choice {auto,required}] [--json]" in usage
