@@ -602,6 +602,10 @@ def test_a_server_gone_after_the_models_check_skips_the_rest(
         "finish_reason": None, "usage": None, "tool_calls": 0, "name": None, "arguments": None,
         "content_chars": 0,
     }  # fmt: skip
+    assert skipped[1]["details"] == skipped[0]["details"] | {
+        "chunks": 0, "first_chunk_s": None, "name_deltas": None, "argument_fragments": None,
+        "matches_non_streamed": None,
+    }  # fmt: skip
 
 
 # ---- the URL shown, and the command line ---------------------------------------------------------------
@@ -629,3 +633,8 @@ def test_smoke_cli_defaults(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Capt
     assert main(["smoke", "--help"]) == 0
     usage = capsys.readouterr().out.splitlines()[0]
     assert " [--model NAME] [--timeout S] [--tool-choice {auto,required}] [--json]" in usage
+
+
+def test_latency_is_kept_to_a_tenth_of_a_millisecond() -> None:
+    assert CheckResult("chat", "pass", 0.123456789, "r", {}).latency_s == 0.1235
+    assert CheckResult("chat", "skip", None, "r", {}).latency_s is None
