@@ -350,3 +350,19 @@ def test_url_credentials_never_in_messages(srv: FaultServer) -> None:
     with ApiClient(refused, api_key=SECRET, timeout=5) as api, pytest.raises(ApiUnreachable) as eu:
         list(api.chat_stream("fake", USER))
     assert SECRET not in str(eu.value) and "operator" not in str(eu.value)
+
+
+def test_post_json_to_a_root_path_and_its_errors_carry_no_credentials(srv: FaultServer) -> None:
+    srv.route("POST", "/tokenize", Reply(json={"count": 7, "max_model_len": 2048}))
+    with ApiClient(srv.url + "/v1", api_key=SECRET, timeout=5) as api:
+        answer = api.post_json("/tokenize", {"model": "fake", "prompt": "hi"})
+    assert answer == {"count": 7, "max_model_len": 2048}
+    sent = [r for r in srv.requests if r.path == "/tokenize"]
+    assert [r.json() for r in sent] == [{"model": "fake", "prompt": "hi"}]
+    assert sent[0].headers["authorization"] == f"Bearer {SECRET}"
+    srv.route("POST", "/tokenize", Reply(status=500, body="boom"))
+    url = srv.url.replace("http://", f"http://operator:{SECRET}@")
+    with ApiClient(url, timeout=5) as api, pytest.raises(HttpStatusError) as ei:
+        api.post_json("/tokenize", {"prompt": "hi"})
+    assert SECRET not in str(ei.value) and SECRET not in ei.value.url and "operator" not in ei.value.url
+    assert str(ei.value).startswith(f"POST /tokenize at {srv.url}/tokenize: HTTP 500")

@@ -280,6 +280,12 @@ class ApiClient:
         return self._json("GET", path, None, timeout)[0]
 
     @_scrubbed
+    def post_json(self, path: str, body: Any, *, timeout: float | None = None) -> Any:
+        """POST a JSON body to a path relative to the server root (e.g. vLLM's "/tokenize") and decode the
+        JSON answer: the same timeouts, error mapping and redaction as every other call."""
+        return self._json("POST", path, body, timeout)[0]
+
+    @_scrubbed
     def models(self, *, timeout: float | None = None) -> list[ModelInfo]:
         """GET /v1/models: the served models, in the server's order."""
         obj, _ = self._json("GET", "/v1/models", None, timeout)

@@ -184,8 +184,7 @@ class PromptBuilder:
             body["tools"] = tools
         if self.template_kwargs:
             body["chat_template_kwargs"] = self.template_kwargs
-        # ApiClient's JSON POST (timeouts, error mapping, key redaction); /tokenize is vLLM's own endpoint
-        obj, _ = self.api._json("POST", "/tokenize", body, self.timeout)
+        obj = self.api.post_json("/tokenize", body, timeout=self.timeout)  # vLLM's own endpoint, at the root
         n = obj.get("count") if isinstance(obj, dict) else None
         if not isinstance(n, int):
             raise UsageError(f"/tokenize answered without a count: {json.dumps(obj)[:200]}")
