@@ -58,10 +58,16 @@ def srv() -> Iterator[FaultServer]:
         yield s
 
 
-def smoke(capsys: pytest.CaptureFixture[str], url: str) -> tuple[int, dict[str, dict[str, object]]]:
-    code = main(["smoke", "--json", "--base-url", url])
-    rep = json.loads(capsys.readouterr().out)
+def smoke_args(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, Any]]:
+    """`station smoke --json ARGS…`: its exit code and its whole report."""
+    code = main(["smoke", "--json", *args])
+    rep: dict[str, Any] = json.loads(capsys.readouterr().out)
     assert rep["exit_code"] == code
+    return code, rep
+
+
+def smoke(capsys: pytest.CaptureFixture[str], url: str) -> tuple[int, dict[str, dict[str, object]]]:
+    code, rep = smoke_args(capsys, "--base-url", url)
     return code, {c["name"]: c for c in rep["checks"]}
 
 
@@ -517,12 +523,6 @@ def test_the_verdict_line(code: int, model: str | None, verdict: str) -> None:
 
 
 # ---- the models check: each way it ends ---------------------------------------------------------------
-
-
-def smoke_args(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, Any]]:
-    code = main(["smoke", "--json", *args])
-    rep: dict[str, Any] = json.loads(capsys.readouterr().out)
-    return code, rep
 
 
 @pytest.mark.parametrize(

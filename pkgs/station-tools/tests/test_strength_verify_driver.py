@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from hubserver import make_checkpoint
+from test_strength_checkpoint import SHARDS
 from test_verify import record_hashes
 
 from vllm_station.checkpoint import verification
@@ -32,7 +33,6 @@ from vllm_station.checkpoint.verification import (
     verify_checkpoint,
 )
 
-SHARDS = [f"model-0000{i}-of-00003.safetensors" for i in (1, 2, 3)]
 INDEX = "model.safetensors.index.json"
 REV_A, REV_B = "a" * 40, "b" * 40
 
@@ -40,7 +40,7 @@ REV_A, REV_B = "a" * 40, "b" * 40
 @pytest.fixture
 def ckpt(tmp_path: Path) -> Path:
     d = tmp_path / "ckpt"
-    make_checkpoint(d, shards=3, tensors_per_shard=4)
+    make_checkpoint(d, shards=len(SHARDS), tensors_per_shard=4)
     return d
 
 
