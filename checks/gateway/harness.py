@@ -426,3 +426,138 @@ def chat_body(
         "max_tokens": max_tokens,
         "stream": stream,
     }
+
+
+# ---- raw HTTP: what a client sends and what a station receives, byte for byte ---------------------------
+
+
+@dataclass(frozen=True)
+class Received:
+    """One request as a station received it: the raw request line, headers and body."""
+
+    line: bytes
+    headers: tuple[tuple[bytes, bytes], ...]
+    body: bytes
+
+    def header(self, name: bytes) -> list[bytes]:
+        return [v for k, v in self.headers if k.lower() == name.lower()]
+
+
+class Recorder:
+    """A station that records every request's raw bytes and answers 200 with a small JSON body.
+
+    `hold` (an Event, set by default) lets a test keep a request in flight: the answer waits for it."""
+
+    def __init__(self, port: int) -> None:
+        import threading
+
+        self.port = port
+        self.received: list[Received] = []
+        self.hold = threading.Event()
+        self.hold.set()
+        self.arrived = threading.Event()
+        self._lock = threading.Lock()
+        self._sock = socket.create_server(("127.0.0.1", port), backlog=64)
+        self._sock.settimeout(0.2)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.hold.set()
+        self._stop.set()
+        self._thread.join(timeout=10)
+        self._sock.close()
+
+    def take(self) -> list[Received]:
+        with self._lock:
+            got, self.received = self.received, []
+        return got
+
+    def _serve(self) -> None:
+        import threading
+
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
+
+    def _one(self, conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(30)
+            data = b""
+            while b"\r\n\r\n" not in data:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    return
+                data += chunk
+            head, _, body = data.partition(b"\r\n\r\n")
+            line, *lines = head.split(b"\r\n")
+            headers = tuple((k.strip(), v.strip()) for k, _, v in (h.partition(b":") for h in lines))
+            length = next((int(v) for k, v in headers if k.lower() == b"content-length"), 0)
+            while len(body) < length:
+                chunk = conn.recv(1 << 20)
+                if not chunk:
+                    break
+                body += chunk
+            with self._lock:
+                self.received.append(Received(line, headers, body))
+            self.arrived.set()
+            self.hold.wait(timeout=60)
+            answer = b'{"object":"list","data":[],"recorded":true}'
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+                         + str(len(answer)).encode() + b"\r\nConnection: close\r\n\r\n" + answer)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class RawResponse:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+
+def raw_request(port: int, data: bytes, ca: Path | None = None, body_chunks: tuple[bytes, ...] = ()) -> RawResponse:
+    """Send `data` as is (no library between: nothing normalises the path) over TLS when `ca` is given,
+    then `body_chunks`, and read the answer to the end (the requests ask `Connection: close`, and nginx
+    closes after an error)."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    if ca is not None:
+        ctx = ssl.create_default_context(cafile=str(ca))
+        sock = ctx.wrap_socket(sock, server_hostname="127.0.0.1")
+    with sock:
+        sock.sendall(data)
+        for chunk in body_chunks:
+            try:
+                sock.sendall(chunk)
+            except OSError:  # nginx answered and stopped reading: the answer is still there
+                break
+        out = b""
+        while True:
+            try:
+                chunk = sock.recv(65536)
+            except (ssl.SSLError, ConnectionResetError):
+                break
+            if not chunk:
+                break
+            out += chunk
+    head, _, body = out.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    assert status_line.startswith("HTTP/1."), f"no HTTP answer: {out[:200]!r}"
+    headers = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in lines)}
+    if headers.get("transfer-encoding") == "chunked":
+        decoded, rest = b"", body
+        while rest:
+            size_line, _, rest = rest.partition(b"\r\n")
+            size = int(size_line.split(b";")[0], 16)
+            if size == 0:
+                break
+            decoded, rest = decoded + rest[:size], rest[size + 2 :]
+        body = decoded
+    return RawResponse(int(status_line.split()[1]), headers, body)

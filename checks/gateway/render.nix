@@ -48,6 +48,11 @@ let
             connections = 4096;
           };
         };
+        # An operator key (/tokenize, /version: what golive's needle gate needs).
+        keys.ops = {
+          file = "/run/secrets/gateway/ops";
+          role = "operator";
+        };
         # A key with tiny limits, for the 413 and 429 proofs.
         keys.limited = {
           file = "/run/secrets/gateway/limited";
