@@ -10,9 +10,10 @@
       # The digest you pulled and tested (`docker inspect --format '{{index .RepoDigests 0}}' IMAGE`);
       # this one is a placeholder of the right shape.
       image = "vllm/vllm-openai@sha256:4b5ad1f6c2e3d4a5b6c7d8e9f0a1b2c3d4e5f60718293a4b5c6d7e8f9a0b1c2d";
-      # Serve the office network, with a key (vLLM itself has no authentication otherwise).
-      host = "0.0.0.0";
-      openFirewall = true;
+      # vLLM on loopback (the default, spelled out): its key guards only /v1, so /invocations,
+      # /tokenize, /metrics … must not be reachable from the network. The network's endpoint is the
+      # gateway (TLS, API keys, an allowlist): checks/examples/gateway-station.nix.
+      host = "127.0.0.1";
       apiKeyFile = "/run/secrets/vllm-api-key";
       # The preset serves /var/lib/vllm-station-models/glm53-flash, the verified local copy that the
       # download unit below writes; the unit refuses to start without its stamp.

@@ -20,9 +20,9 @@ in
       image = "vllm/vllm-openai@sha256:4b5ad1f6c2e3d4a5b6c7d8e9f0a1b2c3d4e5f60718293a4b5c6d7e8f9a0b1c2d";
       # The preset serves /var/lib/vllm-station-models/glm53: each station its own complete,
       # verified copy of the checkpoint (the download entry `glm53` below).
-      # The head serves the office network with a key; the worker exposes no API at all.
-      host = "0.0.0.0";
-      openFirewall = isHead;
+      # The head's API on loopback (vLLM's key guards only /v1): the network's endpoint is a gateway
+      # (services.vllm-station.gateway, checks/examples/gateway-station.nix); the worker exposes no API.
+      host = "127.0.0.1";
       apiKeyFile = if isHead then "/run/secrets/vllm-api-key" else null;
       preflight.enable = true;
     };

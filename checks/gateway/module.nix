@@ -21,6 +21,7 @@ let
   nginxDefaults = {
     services.nginx.user = "nginx";
     services.nginx.group = "nginx";
+    services.nginx.logError = "stderr";
   };
   base = {
     services.vllm-station.serve = {
@@ -86,20 +87,42 @@ let
       ]
       ++ h.eq "locations" (lib.attrNames v.locations) [
         "/"
+        "= /_vllm_station/error/400"
+        "= /_vllm_station/error/401"
+        "= /_vllm_station/error/403"
+        "= /_vllm_station/error/403-operator"
+        "= /_vllm_station/error/404"
+        "= /_vllm_station/error/405"
+        "= /_vllm_station/error/413"
+        "= /_vllm_station/error/414"
+        "= /_vllm_station/error/429"
+        "= /_vllm_station/error/500"
+        "= /_vllm_station/error/501"
+        "= /_vllm_station/error/502"
+        "= /_vllm_station/error/503"
+        "= /_vllm_station/error/504"
+        "= /_vllm_station/error/505"
         "= /health"
+        "= /tokenize"
         "= /v1/chat/completions"
         "= /v1/completions"
         "= /v1/models"
-        "@vllm_station_401"
-        "@vllm_station_403"
-        "@vllm_station_404"
-        "@vllm_station_413"
-        "@vllm_station_429"
-        "@vllm_station_502"
-        "@vllm_station_503"
-        "@vllm_station_504"
+        "= /version"
         "^~ /_vllm_station/default/"
       ]
+      ++ has "errors before a location: exact URIs" (vhost config).extraConfig "error_page 400 /_vllm_station/error/400;"
+      ++ has "nginx's 494 as a JSON 400" (vhost config).extraConfig "error_page 494 =400 /_vllm_station/error/400;"
+      ++ has "a fixed path to the station" group "proxy_pass http://vllm_station$vllm_station_path;"
+      ++ has "the path is the location's literal" (location "= /v1/models" config) "set $vllm_station_path /v1/models;"
+      ++ has "bodies in memory up to the limit" group "client_body_buffer_size 32m;"
+      ++ has "health: a fixed URI" (location "= /health" config) "set $vllm_station_path /health;"
+      ++ has "health: GET/HEAD" (location "= /health" config) "if ($request_method !~ ^(GET|HEAD)$)"
+      ++ has "health: no body sent on" (location "= /health" config) "proxy_pass_request_body off;"
+      ++ has "health: its own rate" (location "= /health" config) "limit_req zone=vllm_station_health burst=10 nodelay;"
+      ++ has "tokenize: operators only" (location "= /tokenize" config) "if ($vllm_station_role != operator)"
+      ++ lacks "models: any key's role" (location "= /v1/models" config) "vllm_station_role"
+      ++ has "keys: one hash map" (gw config).commonHttpConfig "map $vllm_station_token $vllm_station_entry {"
+      ++ lacks "no operator key, no operator entry" (gw config).commonHttpConfig " operator;\n"
       ++ h.eq "everything else" v.locations."/".return "404"
       ++ has "1M-token body" group "client_max_body_size 32m;"
       ++ has "rate" group "limit_req zone=vllm_station_rate_default burst=50 nodelay;"
@@ -115,7 +138,6 @@ let
         };
       }
       ++ h.eq "no affinity pool" ((gw config).upstreams ? vllm_station_affinity) false
-      ++ has "proxied to the pool" group "proxy_pass http://vllm_station;"
       ++ has "zones" (gw config).commonHttpConfig "limit_req_zone $vllm_station_key zone=vllm_station_rate_default:1m rate=10r/s;"
       ++ lacks "no Authorization in the log" (gw config).commonHttpConfig "$http_authorization\""
       ++ h.eq "firewall" (config.networking.firewall.allowedTCPPorts or [ ]) [ ]
@@ -283,7 +305,7 @@ let
       ++ has "affinity pool" ups.vllm_station_affinity.extraConfig "hash $http_x_session_id consistent;"
       ++ h.eq "same servers" ups.vllm_station_affinity.servers ups.vllm_station.servers
       ++ has "pool by header" (gw config).commonHttpConfig "map $http_x_session_id $vllm_station_pool {"
-      ++ has "proxied by pool" (location "^~ /_vllm_station/default/" config) "proxy_pass http://$vllm_station_pool;"
+      ++ has "proxied by pool" (location "^~ /_vllm_station/default/" config) "proxy_pass http://$vllm_station_pool$vllm_station_path;"
       ++ has "tries every station once" (location "^~ /_vllm_station/default/" config) "proxy_next_upstream_tries 2;"
     );
 
@@ -298,15 +320,34 @@ let
       }
     ) (
       config:
-      h.eq "locations" (lib.filter (lib.hasPrefix "= ") (lib.attrNames (vhost config).locations)) [
+      h.eq "locations" (lib.filter (lib.hasPrefix "= /v") (lib.attrNames (vhost config).locations)) [
         "= /v1/chat/completions"
         "= /v1/responses"
+        "= /version"
       ]
+      ++ h.eq "no health" ((vhost config).locations ? "= /health") false
       ++ has "allow" (vhost config).extraConfig "allow 10.0.0.0/8;"
       ++ has "deny the rest" (vhost config).extraConfig "deny all;"
     );
 
+    operator-role = h.check (with' { keys.ops = { file = "/run/secrets/ops"; role = "operator"; }; }) (
+      config: has "role map" (gw config).commonHttpConfig "  ops operator;\n"
+    );
+
+    upstream-follows-serve-host = h.check (withServe { host = "::1"; }) (
+      config:
+      h.eq "servers" (lib.attrNames (gw config).upstreams.vllm_station.servers) [ "[::1]:8000" ]
+    );
+
     # ---- assertions ----
+    key-name-default = h.assertionFails (with' { keys.default.file = "/run/secrets/x"; }) "services.vllm-station.gateway.keys: rename default";
+    key-name-include = h.assertionFails (with' { keys.Include.file = "/run/secrets/x"; }) "services.vllm-station.gateway.keys: rename Include";
+    key-name-hostnames = h.assertionFails (with' { keys.hostnames.file = "/run/secrets/x"; }) "rename hostnames";
+    key-name-volatile = h.assertionFails (with' { keys.volatile.file = "/run/secrets/x"; }) "rename volatile";
+    key-names-in-any-case = h.assertionFails (with' { keys.Alice.file = "/run/secrets/x"; }) "rename alice";
+    error-log-info = h.assertionFails (with' { } ++ [ { services.nginx.logError = lib.mkForce "stderr info"; } ]) "services.nginx.logError = \"stderr info\" logs request headers";
+    error-log-debug = h.assertionFails (with' { } ++ [ { services.nginx.logError = lib.mkForce "/var/log/nginx/error.log debug"; } ]) "logs request headers";
+    operator-paths-not-paths = h.assertionFails (with' { operatorPaths = [ "/v1/models" ]; }) "services.vllm-station.gateway.operatorPaths:";
     vllm-on-loopback = h.assertionFails (withServe { host = "0.0.0.0"; }) "vLLM listens on 0.0.0.0";
     vllm-firewall-closed = h.assertionFails (withServe { openFirewall = true; }) "set services.vllm-station.serve.openFirewall = false";
     needs-keys = h.assertionFails (with' { keys = lib.mkForce { }; }) "no API keys";
