@@ -354,3 +354,15 @@ def test_golive_needle_through_the_gateway_needs_an_operator_key(
     refused = _station(gw, key_files["alice"], "golive", *skip, "--json", "--out", str(tmp_path / "user"))
     assert refused.returncode != 0
     assert "operator" in refused.stdout + refused.stderr
+
+
+def test_the_status_page_listens_on_loopback_only(tmp_path: Path) -> None:
+    """With monitoring on, nixpkgs' status page server (`services.nginx.statusPage`) is the nginx
+    exporter's: every `listen` of the rendered configuration is a loopback address (the gateway's is
+    127.0.0.1 in these tests), none is 0.0.0.0 or [::]."""
+    require_nix()
+    tree = require_tree("NIXOS_TREE", "nixos/lib/eval-config.nix", "the raw gateway tests")
+    conf = finish_render(start_render(Ports.free(), str(tree), ("monitored",)))["monitored"]["nginxConf"]
+    listens = [line.split()[1] for line in conf.splitlines() if line.strip().startswith("listen ")]
+    assert any(addr.endswith(":80") for addr in listens), listens  # the status page is there
+    assert all(addr.startswith(("127.0.0.1:", "[::1]:")) for addr in listens), listens

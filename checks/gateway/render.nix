@@ -80,6 +80,13 @@ let
         services.vllm-station.gateway.allowFrom = [ "127.0.0.1" ];
       }
     ];
+    # The status page monitoring adds (services.nginx.statusPage): loopback only (test_gateway_raw.py).
+    monitored = [
+      {
+        services.vllm-station.monitoring.enable = true;
+        services.vllm-station.gateway.port = lib.mkForce p.gateway-rr;
+      }
+    ];
     # scripts/bench-gateway: one station behind the gateway (the same simulator as direct).
     single = [
       {
