@@ -114,13 +114,13 @@ CASES = [
     Case("health, OPTIONS", get(b"/health", method=b"OPTIONS"), 405, None, "405"),
     Case("health, PUT of 10 MiB",
          b"PUT /health HTTP/1.1\r\n" + HOST + CLOSE + b"Content-Length: " + str(TEN_MIB).encode() + b"\r\n\r\n",
-         405, None, "405", (b"x" * TEN_MIB,)),  # fmt: skip
+         405, None, "405", (b"x" * TEN_MIB,)),
     Case("health, GET with 10 MiB",
          b"GET /health HTTP/1.1\r\n" + HOST + CLOSE + b"Content-Length: " + str(TEN_MIB).encode() + b"\r\n\r\n",
-         413, None, "413", (b"x" * TEN_MIB,)),  # fmt: skip
+         413, None, "413", (b"x" * TEN_MIB,)),
     Case("health, GET with a chunked body",
          b"GET /health HTTP/1.1\r\n" + HOST + CLOSE + b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
-         413, None, "413"),  # fmt: skip
+         413, None, "413"),
     # ---- operator paths: operator keys only
     Case("tokenize, operator", post(b"/tokenize", OPS), 200, b"POST /tokenize HTTP/1.1"),
     Case("tokenize, operator, dot segment", post(b"/v1/../tokenize", OPS), 200, b"POST /tokenize HTTP/1.1"),
@@ -141,7 +141,7 @@ CASES = [
     Case("TRACE", get(b"/v1/models", USER, method=b"TRACE"), 405, None, "405"),
     Case("an unknown transfer encoding",
          b"POST /v1/chat/completions HTTP/1.1\r\n" + HOST + USER + CLOSE + b"Transfer-Encoding: gzip\r\n\r\n",
-         501, None, "501"),  # fmt: skip
+         501, None, "501"),
 ]
 
 
