@@ -114,6 +114,31 @@ let
     keepalive 64;
     keepalive_timeout 4s;
   '';
+  # One scheme for the pool (nginx's proxy_pass names one): https to every station, or http to this one.
+  scheme = if cfg.stationTls.enable then "https" else "http";
+  hostOf =
+    address:
+    let
+      bracketed = builtins.match "(\\[[^]]*])(:[0-9]+)?" address;
+    in
+    if bracketed != null then builtins.head bracketed else lib.head (lib.splitString ":" address);
+  isLoopbackHost = host: lib.hasPrefix "127." host || lib.elem host loopbacks;
+  remoteUpstreams = lib.filterAttrs (_: u: !isLoopbackHost (hostOf u.address)) cfg.upstreams;
+  localVllm = "${contract.clientHost serve.host}:${toString serve.port}";
+  plainLocal = lib.filterAttrs (_: u: serve.enable && u.address == localVllm) cfg.upstreams;
+  stationTlsConfig = optionalString cfg.stationTls.enable ''
+    # The stations: TLS verified against stationTls.caFile for stationTls.serverName, with the
+    # gateway's client certificate (their listeners refuse any other client).
+    proxy_ssl_verify on;
+    proxy_ssl_verify_depth 2;
+    proxy_ssl_trusted_certificate ${cfg.stationTls.caFile};
+    proxy_ssl_name ${cfg.stationTls.serverName};
+    proxy_ssl_server_name on;
+    proxy_ssl_protocols TLSv1.2 TLSv1.3;
+    proxy_ssl_certificate ${cfg.stationTls.certificateFile};
+    proxy_ssl_certificate_key ${cfg.stationTls.keyFile};
+    proxy_ssl_session_reuse on;
+  '';
   sessionVar = "$http_" + lib.replaceStrings [ "-" ] [ "_" ] (lib.toLower cfg.affinity.header);
   target = if cfg.affinity.header != null then "$vllm_station_pool" else pool;
 
@@ -246,7 +271,7 @@ let
   # The URI is $vllm_station_path, set by the allowlisted location to its own literal path: with a
   # variable, nginx sends exactly that (no query, nothing of the client's URI).
   proxyConfig = ''
-    proxy_pass http://${target}$vllm_station_path;
+    proxy_pass ${scheme}://${target}$vllm_station_path;
     proxy_http_version 1.1;
     # Unbuffered both ways of the stream: each SSE chunk leaves as it arrives.
     proxy_buffering off;
@@ -322,7 +347,7 @@ let
         }
         # A fixed URI (a variable: nginx sends it as is, without the client's query).
         set $vllm_station_path /health;
-        proxy_pass http://${pool}$vllm_station_path;
+        proxy_pass ${scheme}://${pool}$vllm_station_path;
         proxy_pass_request_body off;
         proxy_http_version 1.1;
         proxy_set_header Host $proxy_host;
@@ -342,6 +367,7 @@ let
     ${optionalString (cfg.allowFrom != [ ]) "deny all;"}
     limit_req_status 429;
     limit_conn_status 429;
+    ${stationTlsConfig}
     ${errorPages}
     ${cfg.extraConfig}
   '';
@@ -590,7 +616,11 @@ in
             address = mkOption {
               type = types.str;
               example = "10.0.0.2:8000";
-              description = "`host:port` of a station's vLLM (plain HTTP on a private network or loopback).";
+              description = ''
+                `host:port` of a station: this station's vLLM on loopback (plain HTTP), or a station's
+                `stationListener` (TLS, with `stationTls`; every station then, this one through its own
+                listener: nginx speaks one scheme to a pool). Another host in plain HTTP is refused.
+              '';
             };
             weight = mkOption {
               type = types.ints.positive;
@@ -673,6 +703,40 @@ in
       '';
     };
 
+    stationTls = {
+      enable = mkEnableOption ''
+        TLS to the stations (`https` to every upstream, each a `services.vllm-station.stationListener`):
+        their certificate verified against `caFile` for `serverName`, the gateway's own client
+        certificate presented (mutual TLS). Required as soon as an upstream is another host'';
+      caFile = mkOption {
+        type = types.nullOr types.str;
+        default = null;
+        example = "/var/lib/vllm-station-gateway/stations-ca.pem";
+        description = "CA certificate(s) (PEM) that signed the stations' listener certificates (`proxy_ssl_trusted_certificate`).";
+      };
+      serverName = mkOption {
+        type = types.nullOr types.str;
+        default = null;
+        example = "stations.vllm.internal";
+        description = ''
+          The name every station's certificate must carry (`proxy_ssl_name`, sent as SNI). One name
+          for all: nginx verifies per pool, not per server of it.
+        '';
+      };
+      certificateFile = mkOption {
+        type = types.nullOr types.str;
+        default = null;
+        example = "/var/lib/vllm-station-gateway/client.pem";
+        description = "The gateway's client certificate (PEM) for the stations' listeners (`proxy_ssl_certificate`).";
+      };
+      keyFile = mkOption {
+        type = types.nullOr types.str;
+        default = null;
+        example = "/var/lib/vllm-station-gateway/client-key.pem";
+        description = "Private key of `certificateFile`, outside the Nix store, readable by nginx's user.";
+      };
+    };
+
     extraConfig = mkOption {
       type = types.lines;
       default = "";
@@ -738,6 +802,31 @@ in
         message = "services.vllm-station.gateway: key names are 1-64 characters of A-Z a-z 0-9 _ - (got ${
           lib.concatStringsSep ", " (lib.filter (n: !validName n) (lib.attrNames cfg.keys))
         }).";
+      }
+      {
+        assertion = cfg.stationTls.enable || remoteUpstreams == { };
+        message = "services.vllm-station.gateway.upstreams: ${
+          lib.concatStringsSep ", " (lib.mapAttrsToList (n: u: "${n} (${u.address})") remoteUpstreams)
+        } would be reached in plain HTTP, so anyone on that network can read and send to the station; run services.vllm-station.stationListener on each station (TLS, reachable from this gateway only), point the upstream at it and set gateway.stationTls (enable, caFile, serverName, certificateFile, keyFile).";
+      }
+      {
+        assertion = !cfg.stationTls.enable || plainLocal == { };
+        message = "services.vllm-station.gateway.upstreams: ${lib.concatStringsSep ", " (lib.attrNames plainLocal)} is this station's vLLM (${localVllm}) in plain HTTP, but with stationTls the gateway speaks TLS to every station (one scheme a pool); enable services.vllm-station.stationListener on this station and set the upstream to its address (e.g. \"127.0.0.1:8443\").";
+      }
+      {
+        assertion =
+          !cfg.stationTls.enable
+          || lib.all (v: v != null) [
+            cfg.stationTls.caFile
+            cfg.stationTls.serverName
+            cfg.stationTls.certificateFile
+            cfg.stationTls.keyFile
+          ];
+        message = "services.vllm-station.gateway.stationTls: set caFile (the stations' CA), serverName (the name their certificates carry), certificateFile and keyFile (the gateway's client certificate).";
+      }
+      {
+        assertion = !cfg.stationTls.enable || isSecretPath cfg.stationTls.keyFile && cfg.stationTls.keyFile != null;
+        message = "services.vllm-station.gateway.stationTls.keyFile must be an absolute path outside the Nix store (the store is world-readable).";
       }
       {
         assertion = cfg.upstreams != { };
