@@ -69,15 +69,17 @@ class Ports:
     gateway: int
     gateway_rr: int
     upstreams: dict[str, int]
+    listener: int = 0  # the station-tls variant's stationListener
 
     @classmethod
     def free(cls) -> Ports:
-        return cls(free_port(), free_port(), {name: free_port() for name in UPSTREAMS})
+        return cls(free_port(), free_port(), {name: free_port() for name in UPSTREAMS}, free_port())
 
     def json(self) -> str:
         return json.dumps(
-            {"gateway": self.gateway, "gateway-rr": self.gateway_rr, **self.upstreams}
-        )
+            {"gateway": self.gateway, "gateway-rr": self.gateway_rr, "listener": self.listener,
+             **self.upstreams}
+        )  # fmt: skip
 
 
 def nix_env() -> dict[str, str]:
@@ -142,8 +144,9 @@ def unit_values(unit_text: str, key: str) -> list[str]:
     ]
 
 
-def generate_tls(directory: Path, names: list[str]) -> tuple[Path, Path, Path]:
-    """A test CA and a server certificate for `names` signed by it: (ca.pem, fullchain.pem, key.pem)."""
+def generate_tls(directory: Path, names: list[str], usage: str = "serverAuth") -> tuple[Path, Path, Path]:
+    """A test CA and a certificate for `names` signed by it: (ca.pem, fullchain.pem, key.pem).
+    `usage`: the extended key usage (`clientAuth` for a client certificate)."""
     directory.mkdir(parents=True, exist_ok=True)
     ca_key, ca, key, csr, cert = (
         directory / n
@@ -154,7 +157,7 @@ def generate_tls(directory: Path, names: list[str]) -> tuple[Path, Path, Path]:
         f"IP:{n}" if re.fullmatch(r"[0-9.]+", n) else f"DNS:{n}" for n in names
     )
     ext.write_text(f"subjectAltName={san}\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature\n"
-                   "extendedKeyUsage=serverAuth\n")  # fmt: skip
+                   f"extendedKeyUsage={usage}\n")  # fmt: skip
 
     def openssl(*args: str) -> None:
         subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60)
@@ -270,6 +273,8 @@ class Gateway:
         self.conf = work / "nginx.conf"
         self.stderr = work / "nginx.stderr"
         self.keys_stderr = ""
+        # More absolute runtime paths of the rendered configuration -> directories of the test.
+        self.extra_paths: dict[str, Path] = {}
 
     @property
     def url(self) -> str:
@@ -333,6 +338,7 @@ class Gateway:
                 "/var/log/nginx/": self.log_dir,
                 "/run/vllm-station-gateway/": self.run_dir,
                 "/var/lib/vllm-station-gateway/": tls_dir,
+                **self.extra_paths,
             },
         )
         self.conf.write_text(text)
@@ -523,14 +529,21 @@ class RawResponse:
     body: bytes
 
 
-def raw_request(port: int, data: bytes, ca: Path | None = None, body_chunks: tuple[bytes, ...] = ()) -> RawResponse:
-    """Send `data` as is (no library between: nothing normalises the path) over TLS when `ca` is given,
-    then `body_chunks`, and read the answer to the end (the requests ask `Connection: close`, and nginx
-    closes after an error)."""
-    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+def raw_request(port: int, data: bytes, ca: Path | None = None, body_chunks: tuple[bytes, ...] = (), *,
+                cert: tuple[Path, Path] | None = None, server_name: str = "127.0.0.1",
+                source: str | None = None) -> RawResponse:  # fmt: skip
+    """Send `data` as is (no library between: nothing normalises the path) over TLS when `ca` is given
+    (verifying `server_name`, presenting `cert` = (certificate, key) when given), from `source` (a local
+    address), then `body_chunks`, and read the answer to the end (the requests ask `Connection: close`,
+    and nginx closes after an error)."""
+    sock = socket.create_connection(
+        ("127.0.0.1", port), timeout=30, source_address=(source, 0) if source else None
+    )
     if ca is not None:
         ctx = ssl.create_default_context(cafile=str(ca))
-        sock = ctx.wrap_socket(sock, server_hostname="127.0.0.1")
+        if cert is not None:
+            ctx.load_cert_chain(str(cert[0]), str(cert[1]))
+        sock = ctx.wrap_socket(sock, server_hostname=server_name)
     with sock:
         sock.sendall(data)
         for chunk in body_chunks:

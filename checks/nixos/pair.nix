@@ -252,7 +252,7 @@ let
             ++ [ "32768:60999" ]
           )
         )
-        ++ eq "nothing open to the world (vLLM on loopback)" fw.allowedTCPPorts [ ]
+        ++ eq "only the head's gateway (443) open to the world (vLLM on loopback)" fw.allowedTCPPorts (lib.optional isHead 443)
         ++ eq "no world-open ranges" fw.allowedTCPPortRanges [ ]
         ++ eq "nothing per interface" (lib.concatMap (i: i.allowedTCPPorts) (lib.attrValues fw.interfaces)) [ ];
 
