@@ -109,6 +109,8 @@
         cpu-station = example "x86_64-linux" ./checks/examples/cpu-station.nix;
         # flash-station behind the gateway (TLS, keys, allowlist, limits, three stations) and with monitoring
         gateway-station = example "aarch64-linux" ./checks/examples/gateway-station.nix;
+        # station-b of gateway-station: vLLM on loopback behind a mutual-TLS listener open to the gateway only
+        remote-station = example "aarch64-linux" ./checks/examples/remote-station.nix;
         monitored-station = example "aarch64-linux" ./checks/examples/monitored-station.nix;
       };
 

@@ -62,7 +62,7 @@ COMMON_SIM_ARGS = [
     "--max-model-len",
     "2000000",
 ]  # the 1M-token body must reach the station
-KEY_NAMES = ("alice", "bob", "batch", "limited", "bench")
+KEY_NAMES = ("alice", "bob", "batch", "limited", "bench", "ops")
 ERROR_BODIES: dict[str, dict[str, str]] = json.loads(ERRORS.read_text())
 
 
@@ -161,6 +161,7 @@ def test_keys_unit_runs_before_nginx_with_credentials_only(env: Env) -> None:
         "key-bench:/run/secrets/gateway/bench",
         "key-bob:/run/secrets/gateway/bob",
         "key-limited:/run/secrets/gateway/limited",
+        "key-ops:/run/secrets/gateway/ops",
         "upstream-key:/run/secrets/vllm-api-key",
     ]
     argv = exec_argv(unit)
@@ -324,8 +325,8 @@ def test_key_rotation_by_reload_and_a_bad_file_keeps_the_running_keys(env: Env) 
 # ---- the allowlist ---------------------------------------------------------------------------------
 
 REFUSED = [
-    "/invocations", "/pause", "/resume", "/abort_requests", "/is_paused", "/tokenize", "/detokenize",
-    "/metrics", "/version", "/ping", "/load", "/server_info", "/reset_prefix_cache", "/sleep", "/wake_up",
+    "/invocations", "/pause", "/resume", "/abort_requests", "/is_paused", "/detokenize",
+    "/metrics", "/ping", "/load", "/server_info", "/reset_prefix_cache", "/sleep", "/wake_up",
     "/is_sleeping", "/collective_rpc", "/scale_elastic_ep", "/v1/embeddings", "/v1/score", "/v1/rerank",
     "/v1/audio/transcriptions", "/v1/load_lora_adapter", "/sim/stats", "/",
     "/_vllm_station/default/v1/models",  # the internal locations
@@ -356,10 +357,22 @@ def test_allowlisted_paths_reach_a_station_and_health_needs_no_key(env: Env) -> 
     assert resp.status_code == 404 and "unknown_url" not in resp.text
     with env.gw.client() as c:
         assert c.get("/health").status_code == 200
-    entries = new_entries(env.gw, before)
-    assert [env.upstream_of(e) in UPSTREAMS for e in entries] == [
-        True
-    ]  # /health is not logged
+    entries = new_entries(env.gw, before, keep=lambda e: e["path"] != "/health")  # 1 % of them are logged
+    assert [env.upstream_of(e) in UPSTREAMS for e in entries] == [True]
+
+
+def test_operator_paths_need_an_operator_key(env: Env) -> None:
+    """/tokenize and /version: 403 (JSON) for a user key, the station's answer for an operator key."""
+    body = {"model": "sim", "prompt": "one two three"}
+    with env.gw.client(env.keys["alice"]) as c:
+        for resp in (c.post("/tokenize", json=body), c.get("/version")):
+            assert resp.status_code == 403, resp.text
+            assert resp.json() == {"error": {**ERROR_BODIES["403-operator"], "param": None}}
+    with env.gw.client(env.keys["ops"]) as c:
+        assert c.post("/tokenize", json=body).json()["count"] == 3
+        assert c.get("/version").status_code == 200
+    with env.gw.client() as c:
+        error_of(c.post("/tokenize", json=body), 401)
 
 
 # ---- limits ----------------------------------------------------------------------------------------

@@ -67,7 +67,7 @@ def test_a_wrong_expectation_fails() -> None:
         lib = import {lib_tree}/lib;
         h = import {REPO}/checks/lib/harness.nix {{ inherit lib; }};
         m = [
-          {{ services.nginx.user = "nginx"; services.nginx.group = "nginx"; }}
+          {{ services.nginx.user = "nginx"; services.nginx.group = "nginx"; services.nginx.logError = "stderr"; }}
           {{
             services.vllm-station.serve = {{ enable = true; model = "/m"; image = h.image; }};
             services.vllm-station.gateway = {{

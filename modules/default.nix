@@ -15,6 +15,7 @@ in
     ./download.nix
     ./pair.nix
     ./gateway.nix
+    ./station-listener.nix
     ./monitoring.nix
     ./golive.nix
   ];

@@ -12,10 +12,14 @@
 # nginx's own unit belongs to nixpkgs' module and is not edited: this unit is ordered before it and
 # required by it (`requiredBy`, `before`, `partOf` on this side).
 #
-# A request: `location = <allowlisted path>` refuses a request without a known key (401), then
-# rewrites it to the internal location of its key's limits group, which applies `limit_req`,
-# `limit_conn` and `client_max_body_size`, restores the path and proxies it unbuffered. Every other
-# path is 404. nginx's own errors are OpenAI-style JSON (modules/gateway/errors.json).
+# A request: `location = <allowlisted path>` refuses a request without a known key (401) or whose key's
+# role may not use the path (403), records the path it chose ($vllm_station_path, a literal of this
+# file), then rewrites to the internal location of its key's limits group, which applies `limit_req`,
+# `limit_conn` and `client_max_body_size` and proxies that literal path, unbuffered: no byte of the
+# client's URI (dot segments, encodings, `;` parameters, the query) reaches a station. `/health` is
+# keyless: GET/HEAD only, no body, its own per-address rate, a fixed URI. Every other path is 404.
+# Every error nginx itself produces — before a location was chosen too — is OpenAI-style JSON
+# (modules/gateway/errors.json).
 {
   config,
   lib,
@@ -39,6 +43,7 @@ let
   nginx = config.services.nginx;
   station = lib.getExe config.services.vllm-station.package;
   hardening = import ./lib/hardening.nix;
+  contract = import ./lib/contract.nix;
   errors = lib.importJSON ./gateway/errors.json;
 
   # ---- names (this module is their one home; tests read them from the rendered configuration) ----
@@ -52,6 +57,21 @@ let
   affinityPool = "vllm_station_affinity";
   internalPrefix = "/_vllm_station";
   keyDirCredential = "keydir"; # LoadCredential of a directory: %d/keydir_<file name>
+  errorPrefix = "${internalPrefix}/error";
+
+  # Words a `map` block reads as its own parameters: a key name equal to one (any case: map sources are
+  # compared case-insensitively) would break the limits and role maps, which list key names as sources.
+  mapKeywords = [
+    "default"
+    "hostnames"
+    "include"
+    "volatile"
+  ];
+  reservedName = name: lib.elem (lib.toLower name) mapKeywords;
+  lowerNames = map lib.toLower (lib.attrNames cfg.keys);
+  caseCollisions = lib.filter (n: lib.count (m: m == n) lowerNames > 1) (lib.unique lowerNames);
+  # nginx writes request headers (both values of a duplicate Authorization, in full) at these levels.
+  verboseErrorLog = builtins.match "(.*[[:space:]])?(info|debug)([[:space:]].*)?" nginx.logError != null;
 
   loopbacks = [
     "127.0.0.1"
@@ -94,22 +114,68 @@ let
     keepalive 64;
     keepalive_timeout 4s;
   '';
+  # One scheme for the pool (nginx's proxy_pass names one): https to every station, or http to this one.
+  scheme = if cfg.stationTls.enable then "https" else "http";
+  hostOf =
+    address:
+    let
+      bracketed = builtins.match "(\\[[^]]*])(:[0-9]+)?" address;
+    in
+    if bracketed != null then builtins.head bracketed else lib.head (lib.splitString ":" address);
+  isLoopbackHost = host: lib.hasPrefix "127." host || lib.elem host loopbacks;
+  remoteUpstreams = lib.filterAttrs (_: u: !isLoopbackHost (hostOf u.address)) cfg.upstreams;
+  localVllm = "${contract.clientHost serve.host}:${toString serve.port}";
+  plainLocal = lib.filterAttrs (_: u: serve.enable && u.address == localVllm) cfg.upstreams;
+  stationTlsConfig = optionalString cfg.stationTls.enable ''
+    # The stations: TLS verified against stationTls.caFile for stationTls.serverName, with the
+    # gateway's client certificate (their listeners refuse any other client).
+    proxy_ssl_verify on;
+    proxy_ssl_verify_depth 2;
+    proxy_ssl_trusted_certificate ${cfg.stationTls.caFile};
+    proxy_ssl_name ${cfg.stationTls.serverName};
+    proxy_ssl_server_name on;
+    proxy_ssl_protocols TLSv1.2 TLSv1.3;
+    proxy_ssl_certificate ${cfg.stationTls.certificateFile};
+    proxy_ssl_certificate_key ${cfg.stationTls.keyFile};
+    proxy_ssl_session_reuse on;
+  '';
   sessionVar = "$http_" + lib.replaceStrings [ "-" ] [ "_" ] (lib.toLower cfg.affinity.header);
   target = if cfg.affinity.header != null then "$vllm_station_pool" else pool;
 
   # ---- nginx text ----
-  jsonError = code: builtins.toJSON { error = errors.${code} // { param = null; }; };
+  # errors.json: "<status>" or "<status>-<case>" (a second body for the same status) -> the body.
+  statusOf = name: lib.head (lib.splitString "-" name);
+  jsonError = name: builtins.toJSON { error = errors.${name} // { param = null; }; };
+  errorUri = name: "${errorPrefix}/${name}";
+  # Exact URI locations, not named ones: nginx reaches a named location only after it parsed a request
+  # line, so its 400 / 414 / 505 for a malformed one would fall back to an HTML 500.
   errorLocations = lib.mapAttrs' (
-    code: _:
-    lib.nameValuePair "@vllm_station_${code}" {
+    name: _:
+    lib.nameValuePair "= ${errorUri name}" {
       extraConfig = ''
+        internal;
         default_type application/json;
-        ${optionalString (code == "401") ''add_header WWW-Authenticate 'Bearer realm="vllm-station"' always;''}
-        ${optionalString (code == "429") "add_header Retry-After 1 always;"}
-        return ${code} '${jsonError code}';
+        ${optionalString (name == "401") ''add_header WWW-Authenticate 'Bearer realm="vllm-station"' always;''}
+        ${optionalString (name == "429") "add_header Retry-After 1 always;"}
+        ${optionalString (name == "405") "add_header Allow 'GET, HEAD' always;"}
+        return ${statusOf name} '${jsonError name}';
       '';
     }
   ) errors;
+  # nginx's non-standard codes for a bad request (header too large, TLS client certificate problems,
+  # plain HTTP on the TLS port) are answered as the standard 400.
+  errorAliases = {
+    "494" = "400";
+    "495" = "400";
+    "496" = "400";
+    "497" = "400";
+  };
+  errorPages = lib.concatStrings (
+    lib.mapAttrsToList (name: _: "error_page ${name} ${errorUri name};\n") (
+      lib.filterAttrs (name: _: builtins.match "[0-9]+" name != null) errors
+    )
+    ++ lib.mapAttrsToList (code: name: "error_page ${code} =${statusOf name} ${errorUri name};\n") errorAliases
+  );
 
   # One JSON object a line; the key's name, never the Authorization header.
   logFormat = builtins.toJSON {
@@ -117,8 +183,8 @@ let
     request_id = "$request_id";
     client = "$remote_addr";
     key = "$vllm_station_key";
-    method = "$request_method";
-    path = "$uri";
+    method = "$vllm_station_log_method";
+    path = "$vllm_station_log_path";
     status = "$status";
     request_bytes = "$request_length";
     response_bytes = "$bytes_sent";
@@ -133,12 +199,38 @@ let
   httpConfig = ''
     # ---- vllm-station gateway (services.vllm-station.gateway) ----
     log_format vllm_station_gateway escape=json '${logFormat}';
-    # Authorization -> the key's name ("" = no known key). The entries are written at start by
-    # ${keysUnit}.service (station gateway keys): case-sensitive regular expressions.
-    map $http_authorization $vllm_station_key {
+    # The method and path as the client sent them (the path without its query): an answer from an
+    # error location would otherwise be logged as that location's GET.
+    map $request $vllm_station_log_method {
+      default "";
+      "~^(?<vllm_station_m>[A-Z]+) " $vllm_station_m;
+    }
+    map $request_uri $vllm_station_log_path {
+      default "";
+      "~^(?<vllm_station_p>[^?]*)" $vllm_station_p;
+    }
+    # Authorization -> the key's name ("" = no known key), in three steps: the token of a `Bearer`
+    # header (one regular expression for every key), a hash lookup of that token in the entries
+    # ${keysUnit}.service writes at start (`station gateway keys`; the value is "<key> <name>"), and —
+    # since a map compares case-insensitively — an exact comparison of the token with the key found.
+    map $http_authorization $vllm_station_token {
+      default "";
+      "~^(?i:bearer) +(?<vllm_station_t>[A-Za-z0-9._~+/=-]{16,256})$" $vllm_station_t;
+    }
+    map $vllm_station_token $vllm_station_entry {
       default "";
       include ${keysMap};
     }
+    map "$vllm_station_entry|$vllm_station_token" $vllm_station_key {
+      default "";
+      "~^(?<vllm_station_k>[^ |]+) (?<vllm_station_n>[A-Za-z0-9_-]+)[|]\k<vllm_station_k>$" $vllm_station_n;
+    }
+    # The key's role: `operator` may use gateway.operatorPaths too.
+    map $vllm_station_key $vllm_station_role {
+      default user;
+    ${lib.concatStrings (
+      lib.mapAttrsToList (name: _: "  ${name} operator;\n") (lib.filterAttrs (_: k: k.role == "operator") cfg.keys)
+    )}}
     # The Authorization the stations receive: their own key (upstreamApiKeyFile) or none; never the client's.
     map $host $vllm_station_upstream_authorization {
       include ${upstreamAuthMap};
@@ -157,6 +249,16 @@ let
         limit_conn_zone $vllm_station_key zone=vllm_station_conn_${group}:1m;
       '') groups
     )}
+    # /health, keyless: its own rate per client address; 200s logged at 1 %, everything else always.
+    limit_req_zone $binary_remote_addr zone=vllm_station_health:1m rate=${cfg.healthRate};
+    split_clients $request_id $vllm_station_health_sample {
+      1% 1;
+      * "";
+    }
+    map $status $vllm_station_health_log {
+      200 $vllm_station_health_sample;
+      default 1;
+    }
     ${optionalString (cfg.affinity.header != null) ''
       # A request with the session header goes to the station its value hashes to.
       map ${sessionVar} $vllm_station_pool {
@@ -166,14 +268,16 @@ let
     ''}
   '';
 
+  # The URI is $vllm_station_path, set by the allowlisted location to its own literal path: with a
+  # variable, nginx sends exactly that (no query, nothing of the client's URI).
   proxyConfig = ''
-    proxy_pass http://${target};
+    proxy_pass ${scheme}://${target}$vllm_station_path;
     proxy_http_version 1.1;
     # Unbuffered both ways of the stream: each SSE chunk leaves as it arrives.
     proxy_buffering off;
     proxy_cache off;
     proxy_set_header Connection "";
-    proxy_set_header Host $host;
+    proxy_set_header Host $proxy_host;
     proxy_set_header Authorization $vllm_station_upstream_authorization;
     proxy_set_header X-Request-Id $request_id;
     proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
@@ -192,39 +296,63 @@ let
     lib.nameValuePair "^~ ${internalPrefix}/${group}/" {
       extraConfig = ''
         internal;
+        if ($vllm_station_path = "") {
+          return 404;
+        }
         client_max_body_size ${l.maxBodySize};
+        # The whole body in memory, never in a temporary file (prompts at rest, page cache on node 1).
+        client_body_buffer_size ${l.maxBodySize};
         limit_req zone=vllm_station_rate_${group}${optionalString (l.burst > 0) " burst=${toString l.burst}"} nodelay;
         limit_conn vllm_station_conn_${group} ${toString l.connections};
-        rewrite ^${internalPrefix}/${group}(/.*)$ $1 break;
         ${proxyConfig}
       '';
     }
   ) groups;
 
-  pathLocations = lib.listToAttrs (
-    map (
-      path:
-      lib.nameValuePair "= ${path}" {
-        extraConfig = ''
-          # The body limit is the key's, checked in its group's location (nginx checks a
-          # Content-Length in every location a request passes; 0: not here).
-          client_max_body_size 0;
-          if ($vllm_station_key = "") {
-            return 401;
+  pathLocation =
+    operator: path:
+    lib.nameValuePair "= ${path}" {
+      extraConfig = ''
+        # The body limit is the key's, checked in its group's location (nginx checks a
+        # Content-Length in every location a request passes; 0: not here).
+        client_max_body_size 0;
+        if ($vllm_station_key = "") {
+          return 401;
+        }
+        ${optionalString operator ''
+          if ($vllm_station_role != operator) {
+            rewrite ^ ${errorUri "403-operator"} last;
           }
-          rewrite ^ ${internalPrefix}/$vllm_station_limits${path} last;
-        '';
-      }
-    ) cfg.paths
-  );
+        ''}
+        set $vllm_station_path ${path};
+        rewrite ^ ${internalPrefix}/$vllm_station_limits/ last;
+      '';
+    };
+  pathLocations = lib.listToAttrs (map (pathLocation false) cfg.paths ++ map (pathLocation true) cfg.operatorPaths);
 
   healthLocation = lib.optionalAttrs cfg.health {
     "= /health" = {
       extraConfig = ''
-        access_log off;
-        proxy_pass http://${pool};
+        access_log ${accessLog} vllm_station_gateway if=$vllm_station_health_log;
+        limit_req zone=vllm_station_health burst=10 nodelay;
+        if ($request_method !~ ^(GET|HEAD)$) {
+          return 405;
+        }
+        # No body: a Content-Length other than 0, or any Transfer-Encoding, is refused unread.
+        if ($http_content_length !~ ^0?$) {
+          return 413;
+        }
+        if ($http_transfer_encoding) {
+          return 413;
+        }
+        # A fixed URI (a variable: nginx sends it as is, without the client's query).
+        set $vllm_station_path /health;
+        proxy_pass ${scheme}://${pool}$vllm_station_path;
+        proxy_pass_request_body off;
         proxy_http_version 1.1;
+        proxy_set_header Host $proxy_host;
         proxy_set_header Connection "";
+        proxy_set_header Content-Length "";
         proxy_set_header Authorization "";
         proxy_connect_timeout ${toString cfg.connectTimeout}s;
         proxy_read_timeout 10s;
@@ -239,7 +367,8 @@ let
     ${optionalString (cfg.allowFrom != [ ]) "deny all;"}
     limit_req_status 429;
     limit_conn_status 429;
-    ${lib.concatStrings (lib.mapAttrsToList (code: _: "error_page ${code} = @vllm_station_${code};\n") errors)}
+    ${stationTlsConfig}
+    ${errorPages}
     ${cfg.extraConfig}
   '';
 
@@ -378,6 +507,18 @@ in
                 Keys are 16 to 256 characters of `A-Z a-z 0-9 - . _ ~ + / =`.
               '';
             };
+            role = mkOption {
+              type = types.enum [
+                "user"
+                "operator"
+              ];
+              default = "user";
+              description = ''
+                What the key may use: `user`, the `paths` (inference); `operator`, also the
+                `operatorPaths` (what `station golive` and `station gates needle` need: `/tokenize`,
+                `/version`). A `user` key gets 403 there.
+              '';
+            };
             limits = limitsOptions false;
           };
         }
@@ -391,7 +532,9 @@ in
       '';
       description = ''
         API keys by name. The access log records the name, never the key or the `Authorization`
-        header. `limits` overrides `gateway.limits` for this key (null: the default).
+        header. `limits` overrides `gateway.limits` for this key (null: the default); `role` says
+        whether it may use the `operatorPaths`. A name is 1-64 characters of `A-Z a-z 0-9 _ -`, unique
+        in any case, and none of nginx's `map` keywords (`default`, `hostnames`, `include`, `volatile`).
       '';
     };
 
@@ -401,7 +544,7 @@ in
       example = "/run/secrets/gateway-keys";
       description = ''
         A directory of key files (name = file name, `A-Z a-z 0-9 _ -`), read at each start like
-        `keys.<name>.file`; its keys get the default `limits`.
+        `keys.<name>.file`; its keys get the default `limits` and the `user` role.
       '';
     };
 
@@ -427,10 +570,33 @@ in
       '';
     };
 
+    operatorPaths = mkOption {
+      type = types.listOf types.str;
+      default = [
+        "/tokenize"
+        "/version"
+      ];
+      description = ''
+        Paths forwarded only for keys with `role = "operator"` (exact matches; other keys get 403):
+        vLLM's `/tokenize`, which `station gates needle` (and so `station golive`) counts prompts
+        with, and `/version`, which their reports record.
+      '';
+    };
+
     health = mkOption {
       type = types.bool;
       default = true;
-      description = "Forward `GET /health` without a key (for load balancers and probes; not logged).";
+      description = ''
+        Forward `GET`/`HEAD /health` without a key (for load balancers and probes): always as the
+        fixed URI `/health`, never with a body, at `healthRate` per client address; 1 % of its 200s
+        and every refusal are logged.
+      '';
+    };
+
+    healthRate = mkOption {
+      type = types.strMatching "[0-9]+r/[sm]";
+      default = "5r/s";
+      description = "Requests per second (`r/s`) or minute (`r/m`) to `/health` of one client address (burst 10); more get 429.";
     };
 
     allowFrom = mkOption {
@@ -450,7 +616,11 @@ in
             address = mkOption {
               type = types.str;
               example = "10.0.0.2:8000";
-              description = "`host:port` of a station's vLLM (plain HTTP on a private network or loopback).";
+              description = ''
+                `host:port` of a station: this station's vLLM on loopback (plain HTTP), or a station's
+                `stationListener` (TLS, with `stationTls`; every station then, this one through its own
+                listener: nginx speaks one scheme to a pool). Another host in plain HTTP is refused.
+              '';
             };
             weight = mkOption {
               type = types.ints.positive;
@@ -461,9 +631,9 @@ in
         }
       );
       default = lib.optionalAttrs (serve.enable && !serve.headless) {
-        local.address = "127.0.0.1:${toString serve.port}";
+        local.address = "${contract.clientHost serve.host}:${toString serve.port}";
       };
-      defaultText = literalExpression ''{ local.address = "127.0.0.1:''${toString config.services.vllm-station.serve.port}"; }'';
+      defaultText = literalExpression ''{ local.address = "''${config.services.vllm-station.serve.host}:''${toString config.services.vllm-station.serve.port}"; }'';
       description = ''
         The stations behind the gateway, by name; by default this station's vLLM. Setting it replaces
         that default: list this station too (`local.address = "127.0.0.1:8000"`) to keep it. Other
@@ -533,6 +703,40 @@ in
       '';
     };
 
+    stationTls = {
+      enable = mkEnableOption ''
+        TLS to the stations (`https` to every upstream, each a `services.vllm-station.stationListener`):
+        their certificate verified against `caFile` for `serverName`, the gateway's own client
+        certificate presented (mutual TLS). Required as soon as an upstream is another host'';
+      caFile = mkOption {
+        type = types.nullOr types.str;
+        default = null;
+        example = "/var/lib/vllm-station-gateway/stations-ca.pem";
+        description = "CA certificate(s) (PEM) that signed the stations' listener certificates (`proxy_ssl_trusted_certificate`).";
+      };
+      serverName = mkOption {
+        type = types.nullOr types.str;
+        default = null;
+        example = "stations.vllm.internal";
+        description = ''
+          The name every station's certificate must carry (`proxy_ssl_name`, sent as SNI). One name
+          for all: nginx verifies per pool, not per server of it.
+        '';
+      };
+      certificateFile = mkOption {
+        type = types.nullOr types.str;
+        default = null;
+        example = "/var/lib/vllm-station-gateway/client.pem";
+        description = "The gateway's client certificate (PEM) for the stations' listeners (`proxy_ssl_certificate`).";
+      };
+      keyFile = mkOption {
+        type = types.nullOr types.str;
+        default = null;
+        example = "/var/lib/vllm-station-gateway/client-key.pem";
+        description = "Private key of `certificateFile`, outside the Nix store, readable by nginx's user.";
+      };
+    };
+
     extraConfig = mkOption {
       type = types.lines;
       default = "";
@@ -580,10 +784,49 @@ in
         message = "services.vllm-station.gateway: tls.keyFile, keys.<name>.file, keysDirectory and upstreamApiKeyFile must be absolute paths outside the Nix store (the store is world-readable).";
       }
       {
+        assertion = !lib.any reservedName (lib.attrNames cfg.keys) && caseCollisions == [ ];
+        message = "services.vllm-station.gateway.keys: rename ${
+          lib.concatStringsSep ", " (lib.filter reservedName (lib.attrNames cfg.keys) ++ caseCollisions)
+        }: a key name is none of nginx's map keywords (${lib.concatStringsSep ", " mapKeywords}) and differs from every other name in more than case.";
+      }
+      {
+        assertion = !verboseErrorLog;
+        message = "services.vllm-station.gateway: services.nginx.logError = \"${nginx.logError}\" logs request headers, the clients' API keys among them; use level notice or above (e.g. \"stderr notice\").";
+      }
+      {
+        assertion = lib.all (p: builtins.match "/[A-Za-z0-9/_.-]*" p != null && !lib.hasPrefix internalPrefix p && !lib.elem p cfg.paths && p != "/health") cfg.operatorPaths;
+        message = "services.vllm-station.gateway.operatorPaths: absolute URL paths (A-Z a-z 0-9 / _ . -), not under ${internalPrefix}, and none of `paths` or /health.";
+      }
+      {
         assertion = lib.all validName (lib.attrNames cfg.keys);
         message = "services.vllm-station.gateway: key names are 1-64 characters of A-Z a-z 0-9 _ - (got ${
           lib.concatStringsSep ", " (lib.filter (n: !validName n) (lib.attrNames cfg.keys))
         }).";
+      }
+      {
+        assertion = cfg.stationTls.enable || remoteUpstreams == { };
+        message = "services.vllm-station.gateway.upstreams: ${
+          lib.concatStringsSep ", " (lib.mapAttrsToList (n: u: "${n} (${u.address})") remoteUpstreams)
+        } would be reached in plain HTTP, so anyone on that network can read and send to the station; run services.vllm-station.stationListener on each station (TLS, reachable from this gateway only), point the upstream at it and set gateway.stationTls (enable, caFile, serverName, certificateFile, keyFile).";
+      }
+      {
+        assertion = !cfg.stationTls.enable || plainLocal == { };
+        message = "services.vllm-station.gateway.upstreams: ${lib.concatStringsSep ", " (lib.attrNames plainLocal)} is this station's vLLM (${localVllm}) in plain HTTP, but with stationTls the gateway speaks TLS to every station (one scheme a pool); enable services.vllm-station.stationListener on this station and set the upstream to its address (e.g. \"127.0.0.1:8443\").";
+      }
+      {
+        assertion =
+          !cfg.stationTls.enable
+          || lib.all (v: v != null) [
+            cfg.stationTls.caFile
+            cfg.stationTls.serverName
+            cfg.stationTls.certificateFile
+            cfg.stationTls.keyFile
+          ];
+        message = "services.vllm-station.gateway.stationTls: set caFile (the stations' CA), serverName (the name their certificates carry), certificateFile and keyFile (the gateway's client certificate).";
+      }
+      {
+        assertion = !cfg.stationTls.enable || isSecretPath cfg.stationTls.keyFile && cfg.stationTls.keyFile != null;
+        message = "services.vllm-station.gateway.stationTls.keyFile must be an absolute path outside the Nix store (the store is world-readable).";
       }
       {
         assertion = cfg.upstreams != { };

@@ -397,6 +397,11 @@ in
 
     (mkIf cfg.gateway.enable {
       services.nginx.statusPage = true;
+      # nixpkgs' status page server listens on every address by default (and answers nginx's welcome
+      # page at /): it is the exporter's alone.
+      services.nginx.virtualHosts.localhost.listenAddresses = [
+        "127.0.0.1"
+      ] ++ lib.optional config.networking.enableIPv6 "[::1]";
       services.prometheus.exporters.nginx = {
         enable = true;
         listenAddress = mkDefault "127.0.0.1";

@@ -47,6 +47,41 @@ let
   presets = import ./presets;
   checkedWith = import ./presets/checked-with.nix;
   contract = import ./lib/contract.nix;
+
+  isLoopback =
+    host:
+    lib.elem host [
+      "127.0.0.1"
+      "::1"
+      "[::1]"
+      "localhost"
+    ];
+  # vLLM 0.32's routes outside /v1, which its --api-key does not guard (read from vllm/entrypoints:
+  # the API server and its routers; some exist only with dev-mode or pooling models).
+  vllmOpenPaths = [
+    "/invocations"
+    "/tokenize"
+    "/detokenize"
+    "/metrics"
+    "/pooling"
+    "/classify"
+    "/score"
+    "/rerank"
+    "/pause"
+    "/resume"
+    "/abort_requests"
+    "/sleep"
+    "/wake_up"
+    "/reset_prefix_cache"
+    "/collective_rpc"
+    "/server_info"
+    "/load"
+    "/ping"
+    "/version"
+    "/tokenizer_info"
+    "/start_profile"
+    "/stop_profile"
+  ];
   hardening = import ./lib/hardening.nix;
 
   name = contract.unit; # unit name and container name
@@ -450,8 +485,22 @@ in
       default = "127.0.0.1";
       example = "0.0.0.0";
       description = ''
-        Address the OpenAI-compatible API listens on. vLLM has no authentication unless
-        `apiKeyFile` is set: keep it on loopback or behind a proxy/firewall.
+        Address the OpenAI-compatible API listens on: loopback, where only this host (its gateway,
+        Prometheus, the operator's tools) reaches vLLM. vLLM's own key (`apiKeyFile`) guards only
+        `/v1`; any other address needs `exposeUnauthenticatedVllm`. Serve the network through
+        `services.vllm-station.gateway` instead.
+      '';
+    };
+
+    exposeUnauthenticatedVllm = mkOption {
+      type = types.bool;
+      default = false;
+      description = ''
+        Allow `host` to be an address other hosts reach (and `openFirewall`), although vLLM then
+        serves every path outside `/v1` — full inference at `/invocations`, `/tokenize`, `/metrics`,
+        `/pause`, … — without any key, `apiKeyFile` or not. Evaluation warns, listing those paths.
+        Without it, such a `host` or `openFirewall` is refused: put `services.vllm-station.gateway`
+        in front.
       '';
     };
 
@@ -879,6 +928,14 @@ in
           message = "services.vllm-station.serve: `environmentFile` must be an absolute path outside the Nix store (got `${toString cfg.environmentFile}`): the store is world-readable.";
         }
         {
+          assertion = cfg.headless || isLoopback cfg.host || cfg.exposeUnauthenticatedVllm;
+          message = "services.vllm-station.serve: host = \"${cfg.host}\" lets other hosts reach vLLM, whose key guards only /v1 (${lib.concatStringsSep ", " (lib.take 4 vllmOpenPaths)}, … answer without one); keep host = \"127.0.0.1\" and enable services.vllm-station.gateway (TLS, keys, an allowlist) to serve the network, or set services.vllm-station.serve.exposeUnauthenticatedVllm = true to accept that.";
+        }
+        {
+          assertion = !cfg.openFirewall || cfg.headless || cfg.exposeUnauthenticatedVllm;
+          message = "services.vllm-station.serve: openFirewall opens vLLM's port, whose key guards only /v1; set openFirewall = false and services.vllm-station.gateway.openFirewall = true (the gateway's port), or set services.vllm-station.serve.exposeUnauthenticatedVllm = true to accept that.";
+        }
+        {
           assertion = !(cfg.headless && cfg.openFirewall);
           message = "services.vllm-station.serve: a headless worker serves no API; set `openFirewall = false`.";
         }
@@ -890,14 +947,8 @@ in
 
       warnings =
         optional (
-          !cfg.headless
-          && cfg.apiKeyFile == null
-          && !lib.elem cfg.host [
-            "127.0.0.1"
-            "::1"
-            "localhost"
-          ]
-        ) "services.vllm-station.serve: the API listens on ${cfg.host} without authentication; set `apiKeyFile` or keep `host` on loopback behind a proxy."
+          !cfg.headless && cfg.exposeUnauthenticatedVllm && (!isLoopback cfg.host || cfg.openFirewall)
+        ) "services.vllm-station.serve: exposeUnauthenticatedVllm: vLLM listens on ${cfg.host}:${toString cfg.port}${optionalString cfg.openFirewall " with its port open"}; without any key${optionalString (cfg.apiKeyFile != null) " (apiKeyFile guards /v1 only)"} anyone who reaches it can use ${lib.concatStringsSep ", " vllmOpenPaths}. Put services.vllm-station.gateway in front instead."
         ++ optional (
           !isContainer && (cfg.containerOptions != [ ] || cfg.containerCommand != [ ])
         ) "services.vllm-station.serve: `containerOptions`/`containerCommand` are ignored with backend \"native\"."

@@ -10,9 +10,10 @@
       # The digest you pulled and tested (`docker inspect --format '{{index .RepoDigests 0}}' IMAGE`);
       # this one is a placeholder of the right shape.
       image = "vllm/vllm-openai@sha256:4b5ad1f6c2e3d4a5b6c7d8e9f0a1b2c3d4e5f60718293a4b5c6d7e8f9a0b1c2d";
-      # Serve the office network, with a key (vLLM itself has no authentication otherwise).
-      host = "0.0.0.0";
-      openFirewall = true;
+      # vLLM on loopback (the default, spelled out): its key guards only /v1, so /invocations,
+      # /tokenize, /metrics … must not be reachable from the network. The network's endpoint is the
+      # gateway below (TLS, API keys, an allowlist).
+      host = "127.0.0.1";
       apiKeyFile = "/run/secrets/vllm-api-key";
       # The preset serves /var/lib/vllm-station-models/glm53-flash, the verified local copy that the
       # download unit below writes; the unit refuses to start without its stamp.
@@ -25,6 +26,23 @@
         # model = "nvidia/GLM-5.3-Flash-NVFP4" comes from the preset.
         revision = "9c1e0d2f4a6b8c0e1f3a5b7c9d1e3f5a7b9c0d2e"; # placeholder of the right shape
       };
+    };
+    # The station's endpoint: nginx with TLS, API keys (files outside the Nix store, read at each
+    # start), the path allowlist and per-key limits, on 443; vLLM's port stays closed.
+    gateway = {
+      enable = true;
+      serverName = "llm.example.com";
+      tls.certificateFile = "/var/lib/vllm-station-secrets/gateway/fullchain.pem";
+      tls.keyFile = "/var/lib/vllm-station-secrets/gateway/key.pem";
+      keys = {
+        alice.file = "/var/lib/vllm-station-secrets/gateway/alice";
+        # golive's needle gate counts tokens at /tokenize: an operator key.
+        ops = {
+          file = "/var/lib/vllm-station-secrets/gateway/ops";
+          role = "operator";
+        };
+      };
+      openFirewall = true; # 443 only
     };
     # CDMM, zone reclaim, no NUMA balancing, init_on_alloc=0, unlimited memlock.
     host.enable = true;

@@ -1,5 +1,5 @@
 # Example: a GB300 station serving GLM-5.3-Flash behind the gateway (TLS, API keys, the path allowlist,
-# per-key limits), with two more stations behind the same endpoint. vLLM listens on loopback only;
+# per-key limits), with two more stations behind the same endpoint, reached over mutual TLS. vLLM listens on loopback only;
 # the gateway is the station's endpoint. The gateway tests (checks/test_gateway*.py) run the nginx
 # configuration this renders with a real nginx in front of `station simulate` instances.
 { ... }:
@@ -45,19 +45,40 @@
         "/v1/models"
         "/v1/responses"
       ];
-      # This station and two more GB300s on the private network (their vLLM on the rail address,
-      # with the same serve.apiKeyFile key).
+      # This station and two more GB300s on the private network. Each station's vLLM stays on its
+      # loopback behind its stationListener (checks/examples/remote-station.nix is station-b), which
+      # speaks TLS, wants this gateway's client certificate and is reachable from 10.10.0.1 only; the
+      # gateway sends them the same serve.apiKeyFile key. nginx speaks one scheme to a pool, so this
+      # station is reached through its own listener too (on loopback, below).
       upstreams = {
-        local.address = "127.0.0.1:8888";
-        station-b.address = "10.10.0.2:8888";
+        local.address = "127.0.0.1:8443";
+        station-b.address = "10.10.0.2:8443";
         station-c = {
-          address = "10.10.0.3:8888";
+          address = "10.10.0.3:8443";
           weight = 2;
         };
+      };
+      stationTls = {
+        enable = true;
+        caFile = "/var/lib/vllm-station-gateway/stations-ca.pem"; # signed every station's listener certificate
+        serverName = "stations.vllm.internal"; # the name each of those certificates carries
+        certificateFile = "/var/lib/vllm-station-gateway/client.pem"; # this gateway's client certificate
+        keyFile = "/var/lib/vllm-station-gateway/client-key.pem";
       };
       # A conversation stays where its prefix cache is.
       affinity.header = "X-Session-ID";
       openFirewall = true;
+    };
+    # This station's end of the pool: TLS on loopback, for its own gateway only.
+    stationListener = {
+      enable = true;
+      host = "127.0.0.1";
+      port = 8443;
+      tls = {
+        certificateFile = "/var/lib/vllm-station-listener/fullchain.pem"; # names stations.vllm.internal
+        keyFile = "/var/lib/vllm-station-listener/key.pem";
+        clientCaFile = "/var/lib/vllm-station-listener/gateways-ca.pem"; # signed the gateway's client.pem
+      };
     };
     host.enable = true;
   };

@@ -3,7 +3,7 @@
 # station-b.nix `role = "worker"` (rank 1, headless) — `nixosConfigurations.station-a`/`-b`,
 # aarch64-linux. Everything else derives from the role. Operator path: README, "Two stations".
 { role }:
-{ ... }:
+{ lib, ... }:
 let
   headAddress = "192.168.100.1"; # rail addresses (cx8r1), /30 point-to-point
   workerAddress = "192.168.100.2";
@@ -20,9 +20,9 @@ in
       image = "vllm/vllm-openai@sha256:4b5ad1f6c2e3d4a5b6c7d8e9f0a1b2c3d4e5f60718293a4b5c6d7e8f9a0b1c2d";
       # The preset serves /var/lib/vllm-station-models/glm53: each station its own complete,
       # verified copy of the checkpoint (the download entry `glm53` below).
-      # The head serves the office network with a key; the worker exposes no API at all.
-      host = "0.0.0.0";
-      openFirewall = isHead;
+      # The head's API on loopback (vLLM's key guards only /v1): the network's endpoint is the head's
+      # gateway below; the worker exposes no API.
+      host = "127.0.0.1";
       apiKeyFile = if isHead then "/run/secrets/vllm-api-key" else null;
       preflight.enable = true;
     };
@@ -50,6 +50,17 @@ in
       railInterface = "cx8r1";
       railHca = "mlx5_1";
       gidIndex = 3;
+    };
+
+    # Station A's endpoint: nginx with TLS, API keys (files outside the Nix store, read at each
+    # start), the path allowlist and per-key limits, on 443 of the management network.
+    gateway = lib.mkIf isHead {
+      enable = true;
+      serverName = "llm.example.com";
+      tls.certificateFile = "/var/lib/vllm-station-secrets/gateway/fullchain.pem";
+      tls.keyFile = "/var/lib/vllm-station-secrets/gateway/key.pem";
+      keys.alice.file = "/var/lib/vllm-station-secrets/gateway/alice";
+      openFirewall = true; # 443 only
     };
 
     # CDMM, zone reclaim, no NUMA balancing, init_on_alloc=0, unlimited memlock.

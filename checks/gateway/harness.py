@@ -69,15 +69,17 @@ class Ports:
     gateway: int
     gateway_rr: int
     upstreams: dict[str, int]
+    listener: int = 0  # the station-tls variant's stationListener
 
     @classmethod
     def free(cls) -> Ports:
-        return cls(free_port(), free_port(), {name: free_port() for name in UPSTREAMS})
+        return cls(free_port(), free_port(), {name: free_port() for name in UPSTREAMS}, free_port())
 
     def json(self) -> str:
         return json.dumps(
-            {"gateway": self.gateway, "gateway-rr": self.gateway_rr, **self.upstreams}
-        )
+            {"gateway": self.gateway, "gateway-rr": self.gateway_rr, "listener": self.listener,
+             **self.upstreams}
+        )  # fmt: skip
 
 
 def nix_env() -> dict[str, str]:
@@ -142,8 +144,9 @@ def unit_values(unit_text: str, key: str) -> list[str]:
     ]
 
 
-def generate_tls(directory: Path, names: list[str]) -> tuple[Path, Path, Path]:
-    """A test CA and a server certificate for `names` signed by it: (ca.pem, fullchain.pem, key.pem)."""
+def generate_tls(directory: Path, names: list[str], usage: str = "serverAuth") -> tuple[Path, Path, Path]:
+    """A test CA and a certificate for `names` signed by it: (ca.pem, fullchain.pem, key.pem).
+    `usage`: the extended key usage (`clientAuth` for a client certificate)."""
     directory.mkdir(parents=True, exist_ok=True)
     ca_key, ca, key, csr, cert = (
         directory / n
@@ -154,7 +157,7 @@ def generate_tls(directory: Path, names: list[str]) -> tuple[Path, Path, Path]:
         f"IP:{n}" if re.fullmatch(r"[0-9.]+", n) else f"DNS:{n}" for n in names
     )
     ext.write_text(f"subjectAltName={san}\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature\n"
-                   "extendedKeyUsage=serverAuth\n")  # fmt: skip
+                   f"extendedKeyUsage={usage}\n")  # fmt: skip
 
     def openssl(*args: str) -> None:
         subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60)
@@ -270,6 +273,8 @@ class Gateway:
         self.conf = work / "nginx.conf"
         self.stderr = work / "nginx.stderr"
         self.keys_stderr = ""
+        # More absolute runtime paths of the rendered configuration -> directories of the test.
+        self.extra_paths: dict[str, Path] = {}
 
     @property
     def url(self) -> str:
@@ -333,6 +338,7 @@ class Gateway:
                 "/var/log/nginx/": self.log_dir,
                 "/run/vllm-station-gateway/": self.run_dir,
                 "/var/lib/vllm-station-gateway/": tls_dir,
+                **self.extra_paths,
             },
         )
         self.conf.write_text(text)
@@ -426,3 +432,145 @@ def chat_body(
         "max_tokens": max_tokens,
         "stream": stream,
     }
+
+
+# ---- raw HTTP: what a client sends and what a station receives, byte for byte ---------------------------
+
+
+@dataclass(frozen=True)
+class Received:
+    """One request as a station received it: the raw request line, headers and body."""
+
+    line: bytes
+    headers: tuple[tuple[bytes, bytes], ...]
+    body: bytes
+
+    def header(self, name: bytes) -> list[bytes]:
+        return [v for k, v in self.headers if k.lower() == name.lower()]
+
+
+class Recorder:
+    """A station that records every request's raw bytes and answers 200 with a small JSON body.
+
+    `hold` (an Event, set by default) lets a test keep a request in flight: the answer waits for it."""
+
+    def __init__(self, port: int) -> None:
+        import threading
+
+        self.port = port
+        self.received: list[Received] = []
+        self.hold = threading.Event()
+        self.hold.set()
+        self.arrived = threading.Event()
+        self._lock = threading.Lock()
+        self._sock = socket.create_server(("127.0.0.1", port), backlog=64)
+        self._sock.settimeout(0.2)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.hold.set()
+        self._stop.set()
+        self._thread.join(timeout=10)
+        self._sock.close()
+
+    def take(self) -> list[Received]:
+        with self._lock:
+            got, self.received = self.received, []
+        return got
+
+    def _serve(self) -> None:
+        import threading
+
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
+
+    def _one(self, conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(30)
+            data = b""
+            while b"\r\n\r\n" not in data:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    return
+                data += chunk
+            head, _, body = data.partition(b"\r\n\r\n")
+            line, *lines = head.split(b"\r\n")
+            headers = tuple((k.strip(), v.strip()) for k, _, v in (h.partition(b":") for h in lines))
+            length = next((int(v) for k, v in headers if k.lower() == b"content-length"), 0)
+            while len(body) < length:
+                chunk = conn.recv(1 << 20)
+                if not chunk:
+                    break
+                body += chunk
+            with self._lock:
+                self.received.append(Received(line, headers, body))
+            self.arrived.set()
+            self.hold.wait(timeout=60)
+            answer = b'{"object":"list","data":[],"recorded":true}'
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+                         + str(len(answer)).encode() + b"\r\nConnection: close\r\n\r\n" + answer)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class RawResponse:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+
+def raw_request(port: int, data: bytes, ca: Path | None = None, body_chunks: tuple[bytes, ...] = (), *,
+                cert: tuple[Path, Path] | None = None, server_name: str = "127.0.0.1",
+                source: str | None = None) -> RawResponse:  # fmt: skip
+    """Send `data` as is (no library between: nothing normalises the path) over TLS when `ca` is given
+    (verifying `server_name`, presenting `cert` = (certificate, key) when given), from `source` (a local
+    address), then `body_chunks`, and read the answer to the end (the requests ask `Connection: close`,
+    and nginx closes after an error)."""
+    sock = socket.create_connection(
+        ("127.0.0.1", port), timeout=30, source_address=(source, 0) if source else None
+    )
+    if ca is not None:
+        ctx = ssl.create_default_context(cafile=str(ca))
+        if cert is not None:
+            ctx.load_cert_chain(str(cert[0]), str(cert[1]))
+        sock = ctx.wrap_socket(sock, server_hostname=server_name)
+    with sock:
+        sock.sendall(data)
+        for chunk in body_chunks:
+            try:
+                sock.sendall(chunk)
+            except OSError:  # nginx answered and stopped reading: the answer is still there
+                break
+        out = b""
+        while True:
+            try:
+                chunk = sock.recv(65536)
+            except (ssl.SSLError, ConnectionResetError):
+                break
+            if not chunk:
+                break
+            out += chunk
+    head, _, body = out.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    assert status_line.startswith("HTTP/1."), f"no HTTP answer: {out[:200]!r}"
+    headers = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in lines)}
+    if headers.get("transfer-encoding") == "chunked":
+        decoded, rest = b"", body
+        while rest:
+            size_line, _, rest = rest.partition(b"\r\n")
+            size = int(size_line.split(b";")[0], 16)
+            if size == 0:
+                break
+            decoded, rest = decoded + rest[:size], rest[size + 2 :]
+        body = decoded
+    return RawResponse(int(status_line.split()[1]), headers, body)

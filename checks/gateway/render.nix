@@ -2,7 +2,7 @@
 # so that a real nginx can run it (checks/test_gateway*.py). Builds nothing.
 #
 #   nix-instantiate --eval --strict --json checks/gateway/render.nix --argstr nixosTree "$NIXOS_TREE" \
-#     --argstr ports '{"gateway":P,"local":P1,"station-b":P2,"station-c":P3}'
+#     --argstr ports '{"gateway":P,"gateway-rr":P,"listener":P,"local":P1,"station-b":P2,"station-c":P3}'
 #
 # Result: { <variant> = { nginxConf; keysUnit; nginxPackage; mimeTypes; failed; warnings; }; … }
 # for the variants below (`--argstr only '["example","single"]'` picks others). The example is evaluated as it is plus the test-only definitions (each
@@ -48,6 +48,11 @@ let
             connections = 4096;
           };
         };
+        # An operator key (/tokenize, /version: what golive's needle gate needs).
+        keys.ops = {
+          file = "/run/secrets/gateway/ops";
+          role = "operator";
+        };
         # A key with tiny limits, for the 413 and 429 proofs.
         keys.limited = {
           file = "/run/secrets/gateway/limited";
@@ -63,9 +68,29 @@ let
       services.vllm-station.serve.gpuDevices = lib.mkForce [ ];
     };
 
+  # The path and limit tests run `station simulate` instances, which speak plain HTTP on loopback: the
+  # link to the stations is plain there (the example's stationTls and stationListener off). The
+  # `station-tls` variant keeps both: test_gateway_tls.py runs that link.
+  plainLink = {
+    services.vllm-station.gateway.stationTls.enable = lib.mkForce false;
+    services.vllm-station.stationListener.enable = lib.mkForce false;
+  };
+
   variants = {
-    example = [ ];
+    example = [ plainLink ];
+    # The example's link as it is: the gateway -> this station's listener (TLS, the gateway's client
+    # certificate) -> vLLM, whose loopback port a recording station takes (test_gateway_tls.py).
+    station-tls = [
+      {
+        services.vllm-station.gateway.upstreams = lib.mkOverride 10 {
+          local.address = "127.0.0.1:${toString p.listener}";
+        };
+        services.vllm-station.stationListener.port = lib.mkForce p.listener;
+        services.vllm-station.serve.port = lib.mkForce p.local;
+      }
+    ];
     round-robin = [
+      plainLink
       {
         services.vllm-station.gateway.balancing = "round-robin";
         services.vllm-station.gateway.port = lib.mkForce p.gateway-rr; # both can run at once
@@ -75,8 +100,17 @@ let
         services.vllm-station.gateway.allowFrom = [ "127.0.0.1" ];
       }
     ];
+    # The status page monitoring adds (services.nginx.statusPage): loopback only (test_gateway_raw.py).
+    monitored = [
+      plainLink
+      {
+        services.vllm-station.monitoring.enable = true;
+        services.vllm-station.gateway.port = lib.mkForce p.gateway-rr;
+      }
+    ];
     # scripts/bench-gateway: one station behind the gateway (the same simulator as direct).
     single = [
+      plainLink
       {
         services.vllm-station.gateway.upstreams = lib.mkForce {
           local.address = "127.0.0.1:${toString p.local}";

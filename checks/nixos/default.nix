@@ -105,7 +105,7 @@ let
         "--config"
         "/etc/vllm-station/preflight.json"
       ];
-      preset-flags-exact = eq "vLLM flags after the image" (after cfg.image start) (presetFlags "0.0.0.0");
+      preset-flags-exact = eq "vLLM flags after the image" (after cfg.image start) (presetFlags "127.0.0.1");
       container-without-restart-policy-or-rm =
         ok "a --restart flag in ExecStart" (!lib.any (lib.hasPrefix "--restart") start)
         ++ ok "--rm in ExecStart" (!lib.elem "--rm" start)
@@ -155,7 +155,9 @@ let
         ++ eq "CapabilityBoundingSet" (v "CapabilityBoundingSet") [ "" ]
         ++ eq "PrivateTmp" (v "PrivateTmp") [ "true" ]
         ++ ok "no NUMA binding" (v "NUMAPolicy" == [ ] && v "NUMAMask" == [ ]);
-      firewall = ok "port 8888 open" (lib.elem 8888 config.networking.firewall.allowedTCPPorts);
+      firewall =
+        ok "vLLM's port 8888 closed: vLLM on loopback, its key guards only /v1" (!lib.elem 8888 config.networking.firewall.allowedTCPPorts)
+        ++ eq "vLLM on loopback" cfg.host "127.0.0.1";
       docker-with-cdi =
         eq "docker" config.virtualisation.docker.enable true
         ++ eq "nvidia-container-toolkit" config.hardware.nvidia-container-toolkit.enable true
@@ -214,7 +216,7 @@ let
         ok "ExecStart runs bin/vllm serve: ${show start}" (
           lib.hasSuffix "/bin/vllm" (builtins.elemAt start 5) && builtins.elemAt start 6 == "serve"
         )
-        ++ eq "preset flags" (after "serve" start) (presetFlags "0.0.0.0")
+        ++ eq "preset flags" (after "serve" start) (presetFlags "127.0.0.1")
         ++ ok "no container runtime" (!lib.any (lib.hasInfix "docker") start);
       dynamic-user-sandbox =
         eq "DynamicUser" (v "DynamicUser") [ "true" ]

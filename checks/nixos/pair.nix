@@ -36,7 +36,7 @@ let
     ]
     ++ lib.optionals (role == "head") [
       "--host"
-      "0.0.0.0"
+      "127.0.0.1"
       "--port"
       "8000"
     ]
@@ -252,7 +252,7 @@ let
             ++ [ "32768:60999" ]
           )
         )
-        ++ eq "open to the world" fw.allowedTCPPorts (lib.optional isHead 8000)
+        ++ eq "only the head's gateway (443) open to the world (vLLM on loopback)" fw.allowedTCPPorts (lib.optional isHead 443)
         ++ eq "no world-open ranges" fw.allowedTCPPortRanges [ ]
         ++ eq "nothing per interface" (lib.concatMap (i: i.allowedTCPPorts) (lib.attrValues fw.interfaces)) [ ];
 

@@ -9,7 +9,7 @@
 # Evaluate with --read-write-mode: the harness reads the derivations the texts name (`nix derivation show`).
 #
 # Result:
-#   units    { "<unit name>" = text; }      every unit the project's modules own (vllm-station*)
+#   units    { "<unit name>" = text; }      every unit the project's modules own (vllm-station*), but the gateway's
 #   etc      { "<path under /etc>" = text; } the files those units read (vllm-station/*)
 #   users    [ { name; group; uid?; isSystemUser; } ] the accounts the units run as
 #   groups   [ name ]
@@ -74,8 +74,12 @@ let
   config = (evalExample [ file testOnly { config = environmentOnly; } ] system).config;
 
   ours = name: lib.hasPrefix "vllm-station" name;
+  # The gateway's unit (its API keys, for nixpkgs' nginx) is left out: this tier runs the serving units
+  # under systemd; the gateway — nginx with its keys step — is run by checks/test_gateway*.py with
+  # Debian's nginx and the configuration NixOS renders. The machine has no nginx to require it.
+  gatewayUnit = name: lib.hasPrefix "vllm-station-gateway" name;
   units = lib.mapAttrs (_: u: u.text) (
-    lib.filterAttrs (name: u: ours name && u.enable && u ? text) config.systemd.units
+    lib.filterAttrs (name: u: ours name && !gatewayUnit name && u.enable && u ? text) config.systemd.units
   );
   etcEntries = lib.filterAttrs (name: e: ours name && e.enable) config.environment.etc;
   etc = lib.mapAttrs (

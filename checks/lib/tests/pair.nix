@@ -484,7 +484,12 @@ in
     config: h.eq "no rules" config.networking.firewall.extraCommands ""
   );
 
-  head-api-port = h.check (with' head { services.vllm-station.serve.openFirewall = true; }) (
+  head-api-port = h.check (with' head {
+    services.vllm-station.serve = {
+      openFirewall = true;
+      exposeUnauthenticatedVllm = true;
+    };
+  }) (
     config: h.eq "head may open its API port" config.networking.firewall.allowedTCPPorts [ 8000 ]
   );
 

@@ -270,19 +270,49 @@ in
 
   wildcard-host-probes-loopback = h.check (with' {
     host = "0.0.0.0";
+    exposeUnauthenticatedVllm = true;
     apiKeyFile = "/run/secrets/key";
   }) (config: h.eq "probe" (flagValue "--base-url" (waitReady config)) "http://127.0.0.1:8000");
 
   ipv6-host-probe = h.check (with' {
     host = "::";
+    exposeUnauthenticatedVllm = true;
     apiKeyFile = "/run/secrets/key";
   }) (config: h.eq "probe" (flagValue "--base-url" (waitReady config)) "http://[::1]:8000");
 
-  open-host-without-key-warns = h.check (with' { host = "0.0.0.0"; }) (
+  exposed-host-warns-listing-the-open-paths = h.check (with' {
+    host = "0.0.0.0";
+    exposeUnauthenticatedVllm = true;
+    apiKeyFile = "/run/secrets/key";
+  }) (
     config:
-    h.eq "one warning" (lib.length (h.warningsBut "(allowHubDownload)" config)) 1
-    ++ h.ok "warning names the option path" (lib.hasPrefix "services.vllm-station.serve:" (builtins.head (h.warningsBut "(allowHubDownload)" config)))
+    let
+      w = h.warningsBut "(allowHubDownload)" config;
+    in
+    h.eq "one warning" (lib.length w) 1
+    ++ h.ok "warning names the option path" (lib.hasPrefix "services.vllm-station.serve: exposeUnauthenticatedVllm" (builtins.head w))
+    ++ h.ok "warning lists the open paths: ${builtins.head w}" (lib.all (p: lib.hasInfix p (builtins.head w)) [
+      "/invocations"
+      "/tokenize"
+      "/metrics"
+      "/pooling"
+      "/pause"
+    ])
+    ++ h.ok "the key guards /v1 only" (lib.hasInfix "apiKeyFile guards /v1 only" (builtins.head w))
   );
+
+  loopback-does-not-warn = h.check (with' { exposeUnauthenticatedVllm = true; }) (
+    config: h.eq "warnings" (h.warningsBut "(allowHubDownload)" config) [ ]
+  );
+
+  assert-open-host-needs-exposure = h.assertionFails (with' {
+    host = "0.0.0.0";
+    apiKeyFile = "/run/secrets/key";
+  }) "services.vllm-station.serve: host = \"0.0.0.0\" lets other hosts reach vLLM, whose key guards only /v1";
+
+  assert-private-host-needs-exposure = h.assertionFails (with' { host = "10.10.0.2"; }) "or set services.vllm-station.serve.exposeUnauthenticatedVllm = true";
+
+  assert-open-firewall-needs-exposure = h.assertionFails (with' { openFirewall = true; }) "services.vllm-station.serve: openFirewall opens vLLM's port";
 
   api-key-file = h.check (with' { apiKeyFile = "/run/secrets/vllm-api-key"; }) (
     config:
@@ -340,6 +370,7 @@ in
 
   open-firewall = h.check (with' {
     host = "0.0.0.0";
+    exposeUnauthenticatedVllm = true;
     openFirewall = true;
     apiKeyFile = "/run/secrets/key";
   }) (config: h.eq "allowedTCPPorts" config.networking.firewall.allowedTCPPorts [ 8000 ]);

@@ -2,7 +2,8 @@
 
 The maps it writes are read by a real nginx (Debian's; skipped with the reason when it is not installed)
 with the same `map` blocks services.vllm-station.gateway renders: a key matches only itself, exactly
-(nginx compares plain map strings case-insensitively, so the entries are regular expressions). Exit codes
+(a hash lookup of the token, which nginx compares case-insensitively, then an exact comparison with the
+key found; keys that differ only in case are refused). Exit codes
 through `station`'s main (one run as a real process); messages are checked before `station`'s redaction,
 which would mask a key that slipped into one.
 """
@@ -34,6 +35,9 @@ from vllm_station.errors import StationError
 ALICE = "sk-alice.0123456789+abc/DEF=="  # every character class a key may use
 ALICE_OLD = "sk-alice-rotated_0123456789~x"
 BOB = "bob-0123456789ABCDEFGH"
+# Keys nginx could misread: `~` (a map's regular expression), `\t`/`\n` after the entry's backslash.
+TILDE = "~tilde-0123456789abcdef"
+TAB = "tn-0123456789abcdefghij"
 UPSTREAM = "sk-upstream-0123456789"
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 
@@ -106,9 +110,9 @@ def test_writes_both_maps_private_and_names_only(station: Callable[..., Run], fi
         assert stat.S_IMODE(path.stat().st_mode) == 0o400
     entries = [line for line in files["out"].read_text().splitlines() if not line.startswith("#")]
     assert entries == [
-        '"~^(?i:bearer) +sk-alice[.]0123456789[+]abc/DEF==$" alice;',
-        '"~^(?i:bearer) +sk-alice-rotated_0123456789~x$" alice;',
-        '"~^(?i:bearer) +bob-0123456789ABCDEFGH$" bob;',
+        f'"\\\\{ALICE}" "{ALICE} alice";',
+        f'"\\\\{ALICE_OLD}" "{ALICE_OLD} alice";',
+        f'"\\\\{BOB}" "{BOB} bob";',
     ]
     assert files["upstream_out"].read_text().splitlines()[-1] == f'default "Bearer {UPSTREAM}";'
 
@@ -215,8 +219,20 @@ def test_unwritable_output_is_exit_1(
     assert "cannot write in" in r.stderr
 
 
-def test_key_pattern_escapes_regex_operators() -> None:
-    assert gateway.key_pattern("a.b+c/d=e~f-g_h") == "~^(?i:bearer) +a[.]b[+]c/d=e~f-g_h$"
+def test_key_entry_is_a_plain_escaped_source() -> None:
+    assert gateway.key_entry("~a.b+c/d=e-g_h", "alice") == '"\\\\~a.b+c/d=e-g_h" "~a.b+c/d=e-g_h alice";'
+
+
+def test_keys_differing_only_in_case_are_refused(station: Callable[..., Run], files: dict[str, Path]) -> None:
+    write(files["bob"], BOB.lower() + "\n")
+    write(files["alice"], BOB + "\n")
+    r = station(*outputs(files), "--key", f"alice={files['alice']}", "--key", f"bob={files['bob']}")
+    assert r.returncode == 2
+    assert "told apart in more than case" in r.stderr
+    assert not files["out"].exists()
+    write(files["bob"], f"{BOB}\n{BOB.upper()}\n")
+    r = station(*outputs(files), "--key", f"bob={files['bob']}")
+    assert r.returncode == 2 and "line 2: the same key comes twice" in r.stderr
 
 
 # ---- the maps in a real nginx: the `map` blocks the gateway module renders, around the written files ----
@@ -230,7 +246,7 @@ def nginx_with_maps(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         pytest.skip("nginx is not installed: apt-get install nginx (scripts/check installs it)")
     tmp = tmp_path_factory.mktemp("nginx-maps")
     alice = write(tmp / "alice", f"{ALICE}\n{ALICE_OLD}\n")
-    bob = write(tmp / "bob", BOB + "\n")
+    bob = write(tmp / "bob", f"{BOB}\n{TILDE}\n{TAB}\n")
     upstream = write(tmp / "upstream", UPSTREAM + "\n")
     keys_map, upstream_map = tmp / "keys.map", tmp / "upstream.map"
     r = subprocess.run(
@@ -255,9 +271,17 @@ daemon off;
 events {{}}
 http {{
   access_log off;
-  map $http_authorization $vllm_station_key {{
+  map $http_authorization $vllm_station_token {{
+    default "";
+    "~^(?i:bearer) +(?<vllm_station_t>[A-Za-z0-9._~+/=-]{{16,256}})$" $vllm_station_t;
+  }}
+  map $vllm_station_token $vllm_station_entry {{
     default "";
     include {keys_map};
+  }}
+  map "$vllm_station_entry|$vllm_station_token" $vllm_station_key {{
+    default "";
+    "~^(?<vllm_station_k>[^ |]+) (?<vllm_station_n>[A-Za-z0-9_-]+)[|]\\k<vllm_station_k>$" $vllm_station_n;
   }}
   map $host $vllm_station_upstream_authorization {{
     include {upstream_map};
@@ -301,6 +325,9 @@ def _ask(url: str, authorization: str | None) -> tuple[str, str]:
         (f"Bearer {BOB.upper()}", ""),
         (f"Bearer {ALICE.replace('.', 'x')}", ""),  # `.` is not "any character"
         (f"Bearer {ALICE.replace('+', '')}", ""),  # `+` is not "one or more"
+        (f"Bearer {TILDE}", "bob"),
+        (f"Bearer {TAB}", "bob"),
+        (f"Bearer {TILDE.upper()}", ""),
         (f"Bearer {BOB}x", ""),
         (f"Bearer x{BOB}", ""),
         (BOB, ""),

@@ -7,10 +7,12 @@
 services.vllm-station.gateway runs it in its own unit before nginx, with the key files loaded as systemd
 credentials (`%d`): the keys never enter the Nix store, a unit file or an argument list.
 
-`--out` gets one nginx `map` entry per key, for the gateway's `map $http_authorization $vllm_station_key`:
-a case-sensitive regular expression of the whole header (`Bearer KEY`, the scheme in any case) and the
-key's name, which is what the access log records. (nginx matches a map's plain strings
-case-insensitively, so a key must be a regular expression to be compared exactly.) `--upstream-out`
+`--out` gets one nginx `map` entry per key, for the gateway's `map $vllm_station_token $vllm_station_entry`
+(the token of a `Bearer` header): the key as a plain string — a hash lookup, whatever the number of keys —
+and the value `KEY NAME`. nginx compares a map's plain strings case-insensitively, so the gateway then
+compares the token with the KEY found exactly, and gives the NAME (what the access log records); two keys
+that differ only in case are refused here. Each entry's source starts with an escaped backslash, so no
+key is read as a regular expression (`~…`) or a map keyword. `--upstream-out`
 gets the `default` entry of `map … $vllm_station_upstream_authorization`: the `Authorization` value the
 gateway sends to the stations, `Bearer KEY` of `--upstream-key-file`, or empty (no header).
 
@@ -43,8 +45,6 @@ KEY = re.compile(r"[A-Za-z0-9._~+/=-]{16,256}")
 UPSTREAM_KEY = re.compile(rf"[A-Za-z0-9._~+/=-]{{{redact.MIN_SECRET_LEN},4096}}")
 NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 MAX_FILE_BYTES = 64 * 1024
-# Characters of KEY that regular expressions read as operators.
-_REGEX_SPECIAL = frozenset(".+")
 
 
 class WriteFailed(StationError):
@@ -64,11 +64,13 @@ class KeySet:
         if name in self.keys:
             raise UsageError(f"the key name {name} comes twice: {self.sources[name]} and {path}")
         keys = read_keys(path)
-        owner = {k: n for n, ks in self.keys.items() for k in ks}
+        owner = {k.lower(): n for n, ks in self.keys.items() for k in ks}
         for key in keys:
-            if key in owner:
+            if key.lower() in owner:
+                other = owner[key.lower()]
                 raise UsageError(
-                    f"{path} ({name}) holds a key that {self.sources[owner[key]]} ({owner[key]}) holds too"
+                    f"{path} ({name}) holds a key that {self.sources[other]} ({other}) holds too "
+                    "(keys are told apart in more than case)"
                 )
         self.keys[name] = keys
         self.sources[name] = path
@@ -106,8 +108,10 @@ def read_keys(path: Path) -> list[str]:
                 f"(this one has {len(key)} characters"
                 + (", some of them not allowed)" if re.search(r"[^A-Za-z0-9._~+/=-]", key) else ")")
             )
-        if key in keys:
-            raise UsageError(f"{path} line {number}: the same key comes twice in this file")
+        if key.lower() in (k.lower() for k in keys):
+            raise UsageError(
+                f"{path} line {number}: the same key comes twice in this file (in any case)"
+            )
         keys.append(key)
     if not keys:
         raise UsageError(f"{path} holds no key (one a line; empty and # lines are skipped)")
@@ -125,18 +129,18 @@ def read_upstream_key(path: Path) -> str:
     return text
 
 
-def key_pattern(key: str) -> str:
-    """The regular expression nginx matches against the whole Authorization header for `key`."""
-    body = "".join(f"[{c}]" if c in _REGEX_SPECIAL else c for c in key)
-    return f"~^(?i:bearer) +{body}$"
+def key_entry(key: str, name: str) -> str:
+    """The map entry of `key`: a plain (hashed) source, `\\` first so that nginx reads no key as a
+    regular expression or a keyword, and the value the gateway compares the token with."""
+    return f'"\\\\{key}" "{key} {name}";'
 
 
 def render_keys_map(keys: KeySet) -> str:
     lines = [
-        "# Written by `station gateway keys` at the gateway's start; API key -> its name. Do not edit.",
+        "# Written by `station gateway keys` at the gateway's start; API key -> \"KEY NAME\". Do not edit.",
     ]
     for name in sorted(keys.keys):
-        lines.extend(f'"{key_pattern(k)}" {name};' for k in keys.keys[name])
+        lines.extend(key_entry(k, name) for k in keys.keys[name])
     return "\n".join(lines) + "\n"
 
 

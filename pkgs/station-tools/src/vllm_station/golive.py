@@ -8,6 +8,10 @@ Gates, in order: smoke (model list, chat, get_weather plain and streamed) → to
 concurrency sweep, judged by the `--expect` thresholds, `failures==0` always among them). An unreachable
 server stops the run at smoke; any other failure is recorded and the next gate runs.
 
+Which key: direct to vLLM, its own key (serve.apiKeyFile), if any. Through services.vllm-station.gateway,
+a key with `role = "operator"`: the needle gate counts prompts with /tokenize and the report reads
+/version, which the gateway forwards for operator keys only (a user key gets 403 there).
+
 The report records what was tested: the server's /version, the model and its max_model_len, and — from
 `--config`, when the module runs it on a station — the preset, image, model revision and the rendered vLLM
 flags. It is written as `golive.json` and a self-contained `golive.html` (plots inline) into `--out`.

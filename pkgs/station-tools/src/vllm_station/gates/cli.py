@@ -4,6 +4,10 @@
     station gates agent  --base-url … [--repeats 3] [--json]
     station gates needle --base-url … [--lengths 25%,50%,90%] [--depths 0,50,100] [--json]
 
+Which key: direct to vLLM, its own key (serve.apiKeyFile), if any. Through services.vllm-station.gateway,
+`tools` and `agent` take any key; `needle` needs a key with `role = "operator"` (it counts prompts with
+/tokenize, which the gateway forwards for operator keys only: a user key gets 403).
+
 Exit codes: 0 every case passed, 1 a case failed, 2 usage (bad options, a broken case file, several
 models served and no --model), 3 the server is unreachable.
 """
