@@ -348,6 +348,9 @@ let
         # A fixed URI (a variable: nginx sends it as is, without the client's query).
         set $vllm_station_path /health;
         proxy_pass ${scheme}://${pool}$vllm_station_path;
+        # vLLM routes /health for GET only (HEAD is its 405): a HEAD goes up as GET, and nginx sends the
+        # client the headers alone.
+        proxy_method GET;
         proxy_pass_request_body off;
         proxy_http_version 1.1;
         proxy_set_header Host $proxy_host;
