@@ -9,12 +9,19 @@ real `station` argument parser, and the textfile directory is pinned on both sid
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import json
+import os
 import re
 import shutil
+import signal
+import socket
 import subprocess
+import threading
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import yaml
@@ -29,10 +36,11 @@ from monitoring.rendered import (
 )
 from nixenv import REPO, exposure, require_tree
 from test_nix_flake import _flake_eval
-from vllm_station import cli, textfile
+from vllm_station import cli, textfile, watchdog
 
 pytestmark = pytest.mark.nix_nixos
 NEED_DEBIAN = "apt-get install -y prometheus prometheus-node-exporter (scripts/check installs them)"
+NEED_AMTOOL = "apt-get install -y prometheus-alertmanager (scripts/check installs it)"
 
 
 def _promtool() -> str:
@@ -68,7 +76,11 @@ def test_promtool_checks_the_rendered_rule_file(r: Rendered, tmp_path: Path) -> 
     path = tmp_path / "rules.json"
     path.write_text(r.rules_text)
     proc = subprocess.run(
-        [_promtool(), "check", "rules", str(path)], check=False, capture_output=True, text=True, timeout=60
+        [_promtool(), "check", "rules", str(path)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"SUCCESS: {len(_alerts(r.rules))} rules found" in proc.stdout
@@ -91,6 +103,122 @@ def test_a_broken_threshold_fails_the_unit_tests(r: Rendered, tmp_path: Path) ->
     assert proc.returncode != 0 and "VllmStationThroughputLow" in proc.stdout + proc.stderr
 
 
+def test_the_throughput_alert_judges_only_an_idle_engine(r: Rendered, tmp_path: Path) -> None:
+    """The promtool tests can fail: without the idle gate, the busy station's 55.6 tok/s fires."""
+    gate = next(a["expr"] for a in _alerts(r.rules) if a["alert"] == "VllmStationThroughputLow")
+    gate = gate.removeprefix("station_probe_tokens_per_second < 100")
+    assert gate.startswith(" and on() max(max_over_time(vllm:num_requests_running[300s])) <= 1"), gate
+    broken = r.rules_text.replace(gate, "")
+    assert broken != r.rules_text
+    proc = _run_tests(broken, RULES_TEST, tmp_path)
+    assert proc.returncode != 0 and "busy station" in proc.stdout + proc.stderr
+
+
+def test_ttft_is_judged_on_the_probes_short_prompt_not_on_every_length(
+    r: Rendered,
+) -> None:
+    exprs = {a["alert"]: a["expr"] for a in _alerts(r.rules)}
+    assert exprs["VllmStationTtftHigh"] == "station_probe_ttft_seconds > 5.0"
+    assert not any("time_to_first_token" in e for e in exprs.values())
+
+
+def test_every_watchdog_verdict_a_rule_selects_is_one_the_watchdog_exports(
+    r: Rendered,
+) -> None:
+    """The verdict labels are a contract: the rules (Nix) select what watchdog.VERDICTS (Python) exports."""
+    selected = {
+        m
+        for a in _alerts(r.rules)
+        for m in re.findall(r'station_watchdog_verdict\{verdict="([^"]+)"\}', a["expr"])
+    }
+    assert selected == {"wedged", "misconfigured", "overloaded"}
+    assert selected <= set(watchdog.VERDICTS)
+
+
+def test_the_staleness_rules_cover_the_declared_scrape_jobs(r: Rendered) -> None:
+    exprs = {a["alert"]: a["expr"] for a in _alerts(r.rules)}
+    jobs = {sc["job_name"] for sc in r.config["scrape_configs"]}
+    assert set(re.findall(r'absent\(up\{job="([^"]+)"\}\)', exprs["VllmStationScrapeMissing"])) == jobs
+    assert exprs["VllmStationScrapeDown"] == 'up{job=~"node"} == 0'
+    assert exprs["VllmStationWatchdogStale"] == "time() - station_watchdog_last_look_timestamp_seconds > 90"
+
+
+# ---- the Alertmanager ---------------------------------------------------------------------------------
+
+
+def _amtool() -> str:
+    path = shutil.which("amtool")
+    if path is None:
+        pytest.skip(f"no amtool: {NEED_AMTOOL}")
+    return path
+
+
+def test_amtool_checks_the_rendered_alertmanager_config(r: Rendered, tmp_path: Path) -> None:
+    path = tmp_path / "alertmanager.yml"
+    path.write_text(r.alertmanager_config)
+    proc = subprocess.run(
+        [_amtool(), "check-config", str(path)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 receivers" in proc.stdout
+    config = json.loads(r.alertmanager_config)
+    (receiver,) = config["receivers"]
+    assert config["route"]["receiver"] == receiver["name"]
+    assert [w["url"] for w in receiver["webhook_configs"]] == ["https://hooks.example.com/vllm-station"]
+    (email,) = receiver["email_configs"]
+    assert (email["to"], email["smarthost"]) == (
+        "oncall@example.com",
+        "smtp.example.com:587",
+    )
+    # the password: a credential of the unit, read by alertmanager itself, never its value in the config
+    assert email["auth_password_file"] == "/run/credentials/alertmanager.service/smtp-password"
+    assert "auth_password" not in email
+    unit = r.units["alertmanager.service"]
+    assert "LoadCredential=smtp-password:/run/secrets/smtp-password" in unit.splitlines()
+    assert "--web.listen-address 127.0.0.1:9093" in unit
+
+
+def test_a_broken_alertmanager_config_fails_amtool(r: Rendered, tmp_path: Path) -> None:
+    """The check above can fail: a route to a receiver that does not exist."""
+    config = json.loads(r.alertmanager_config)
+    config["route"]["receiver"] = "nobody"
+    path = tmp_path / "alertmanager.yml"
+    path.write_text(json.dumps(config))
+    proc = subprocess.run(
+        [_amtool(), "check-config", str(path)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode != 0 and "nobody" in proc.stdout + proc.stderr
+
+
+def test_prometheus_sends_its_alerts_to_the_alertmanager(r: Rendered) -> None:
+    assert r.config["alerting"]["alertmanagers"] == [{"static_configs": [{"targets": ["127.0.0.1:9093"]}]}]
+
+
+def test_alertmanager_warnings_and_assertions(r: Rendered) -> None:
+    assert r.warnings == []
+    v = r.variants
+    assert v["alertmanager-off"]["assertions"] == []
+    (warning,) = v["alertmanager-off"]["warnings"]
+    assert warning.startswith("services.vllm-station.monitoring: the alert rules reach no one")
+    assert "alertmanager.enable = true" in warning
+    assert v["own-alertmanager"] == {"warnings": [], "assertions": []}
+    assert v["webhook-only"] == {"warnings": [], "assertions": []}
+    (no_receiver,) = v["no-receiver"]["assertions"]
+    assert no_receiver.startswith("services.vllm-station.monitoring.alertmanager: enabled without a receiver")
+    (smarthost,) = v["email-without-smarthost"]["assertions"]
+    assert smarthost.startswith("services.vllm-station.monitoring.alertmanager.receivers.email:")
+    (store,) = v["password-in-store"]["assertions"]
+    assert store.startswith("services.vllm-station.monitoring.alertmanager.receivers.email.authPasswordFile:")
+
+
 def test_every_alert_has_a_firing_and_a_quiet_test(r: Rendered) -> None:
     fired: set[str] = set()
     quiet: set[str] = set()
@@ -101,10 +229,12 @@ def test_every_alert_has_a_firing_and_a_quiet_test(r: Rendered) -> None:
     alerts = {a["alert"] for a in _alerts(r.rules)} | {a["alert"] for a in _alerts(r.pair_rules)}
     assert alerts - fired == set(), "alerts without a test where they fire"
     assert alerts - quiet == set(), "alerts without a test where they stay quiet"
-    assert len(alerts) == 16
+    assert len(alerts) == 23
 
 
-def test_the_rule_file_in_the_config_is_what_the_module_gave_services_prometheus(r: Rendered) -> None:
+def test_the_rule_file_in_the_config_is_what_the_module_gave_services_prometheus(
+    r: Rendered,
+) -> None:
     assert len(r.rule_files) == 1
     assert json.loads(r.rules_text) == json.loads("\n".join(r.rules_option))
     assert "VllmStationNcclTransport" not in r.rules_text, "a single station has no NCCL alert"
@@ -116,7 +246,11 @@ def test_the_rendered_config_passes_promtool(r: Rendered, tmp_path: Path) -> Non
     assert targets == {"vllm-station": "127.0.0.1:8888", "node": "127.0.0.1:9100"}
     path = local_config(r, tmp_path, targets, scrape_interval="15s", evaluation_interval="1m")
     proc = subprocess.run(
-        [_promtool(), "check", "config", str(path)], check=False, capture_output=True, text=True, timeout=60
+        [_promtool(), "check", "config", str(path)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
@@ -147,7 +281,11 @@ def test_the_units_command_lines_parse_with_the_real_station_cli(r: Rendered) ->
         assert str(args.textfile_dir) == r.textfile_dir
     watchdog = cli.build_parser("watchdog").parse_args(r.unit_argv("vllm-station-watchdog.service")[1:])
     assert watchdog.unit == "vllm-station.service" and watchdog.systemctl.endswith("/bin/systemctl")
-    assert (watchdog.interval, watchdog.probe_timeout, watchdog.wedge_verdicts) == (30, 20, 3)
+    assert (watchdog.interval, watchdog.probe_timeout, watchdog.wedge_verdicts) == (
+        30,
+        20,
+        3,
+    )
     timer = r.units["vllm-station-probe.timer"]
     assert "OnUnitActiveSec=300" in timer and "WantedBy=timers.target" in timer
 
@@ -170,7 +308,10 @@ def test_unit_exposure(r: Rendered, unit: str, tmp_path: Path) -> None:
 def test_the_textfile_directory_is_one_contract(r: Rendered) -> None:
     assert r.textfile_dir == str(textfile.DEFAULT_DIR)
     assert f"--collector.textfile.directory={textfile.DEFAULT_DIR}" in r.node_exporter_args
-    assert {"--collector.systemd", "--collector.systemd.enable-restarts-metrics"} <= set(r.node_exporter_args)
+    assert {
+        "--collector.systemd",
+        "--collector.systemd.enable-restarts-metrics",
+    } <= set(r.node_exporter_args)
     watchdog = r.units["vllm-station-watchdog.service"]
     assert f"ReadWritePaths=-{textfile.DEFAULT_DIR}" in watchdog
 
@@ -182,7 +323,15 @@ def test_the_dashboard_is_provisioned_with_its_data_source(r: Rendered) -> None:
     assert sources == {r.datasource_uid}
     assert re.fullmatch(r"/nix/store/[0-9a-z]{32}-dashboards", r.dashboards_path), r.dashboards_path
     titles = " ".join(p["title"] for p in dash["panels"]).lower()
-    for word in ("tokens per second", "ttft", "inter-token", "waiting", "kv cache", "restarts", "probe"):
+    for word in (
+        "tokens per second",
+        "ttft",
+        "inter-token",
+        "waiting",
+        "kv cache",
+        "restarts",
+        "probe",
+    ):
         assert word in titles, word
 
 
@@ -198,3 +347,113 @@ def test_the_flake_output_is_the_rule_file_any_prometheus_loads(tmp_path: Path) 
         proc = _run_tests(rules, test_file, tmp_path)
         assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (REPO / "modules/monitoring/rules.nix").exists()
+
+
+# ---- end to end: Prometheus -> Alertmanager -> a webhook ------------------------------------------------
+
+
+class _Exporter(http.server.BaseHTTPRequestHandler):
+    """node_exporter's stand-in: a textfile figure whose rule fires at once (prestart's 2 GiB on node 1)."""
+
+    body = (
+        b"# TYPE station_page_cache_file_pages_bytes gauge\n"
+        b'station_page_cache_file_pages_bytes{node="1",source="prestart"} 2147483648\n'
+    )
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.send_header("Content-Length", str(len(self.body)))
+        self.end_headers()
+        self.wfile.write(self.body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+class _Webhook(http.server.BaseHTTPRequestHandler):
+    received: ClassVar[list[dict[str, Any]]] = []
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("content-length") or 0)
+        type(self).received.append(json.loads(self.rfile.read(length)))
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def _serve(handler: type[http.server.BaseHTTPRequestHandler]) -> http.server.ThreadingHTTPServer:
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=srv.serve_forever, args=(0.05,), daemon=True).start()
+    return srv
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_a_firing_rule_reaches_the_webhook_through_the_rendered_alertmanager(
+    r: Rendered, tmp_path: Path
+) -> None:
+    """Debian's Prometheus (the rendered configuration and rules) and Alertmanager (the rendered
+    alertmanager.yml) deliver a firing alert to a webhook. Differences, each because the test runs here: the
+    targets and the webhook URL are the test's servers, the e-mail receiver is left out (no SMTP server),
+    intervals are 1 s and group_wait 1 s (the rendered 30 s would only slow the test)."""
+    prometheus, alertmanager = shutil.which("prometheus"), shutil.which("prometheus-alertmanager")
+    if prometheus is None or alertmanager is None:
+        pytest.skip(f"no prometheus / alertmanager: {NEED_DEBIAN}; {NEED_AMTOOL}")
+    _Webhook.received = []
+    exporter, webhook = _serve(_Exporter), _serve(_Webhook)
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        am_config = json.loads(r.alertmanager_config)
+        (receiver,) = am_config["receivers"]
+        receiver.pop("email_configs")
+        (hook,) = receiver["webhook_configs"]
+        hook["url"] = f"http://127.0.0.1:{webhook.server_address[1]}/alerts"
+        am_config["route"]["group_wait"] = "1s"
+        (tmp_path / "alertmanager.yml").write_text(json.dumps(am_config))
+        am_port, prom_port = _port(), _port()
+        config_path = local_config(
+            r, tmp_path, {"node": f"127.0.0.1:{exporter.server_address[1]}"}, evaluation_interval="1s"
+        )
+        config = json.loads(config_path.read_text())
+        assert config["alerting"]["alertmanagers"][0]["static_configs"] == [{"targets": ["127.0.0.1:9093"]}]
+        config["alerting"]["alertmanagers"][0]["static_configs"] = [{"targets": [f"127.0.0.1:{am_port}"]}]
+        config_path.write_text(json.dumps(config))
+        for argv, log in (
+            ([alertmanager, f"--config.file={tmp_path / 'alertmanager.yml'}",
+              f"--storage.path={tmp_path / 'am'}", f"--web.listen-address=127.0.0.1:{am_port}",
+              "--cluster.listen-address="], "alertmanager.log"),
+            ([prometheus, f"--config.file={config_path}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+              f"--web.listen-address=127.0.0.1:{prom_port}"], "prometheus.log"),
+        ):  # fmt: skip
+            with open(tmp_path / log, "wb") as out:
+                procs.append(
+                    subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+                )
+        deadline = time.monotonic() + 60
+        firing: list[dict[str, Any]] = []
+        while not firing and time.monotonic() < deadline:
+            firing = [
+                a for msg in _Webhook.received for a in msg["alerts"]
+                if a["labels"]["alertname"] == "VllmStationPageCacheHigh"
+            ]  # fmt: skip
+            time.sleep(0.5)
+        logs = "".join((tmp_path / n).read_text()[-2000:] for n in ("alertmanager.log", "prometheus.log"))
+        assert firing, f"no alert reached the webhook:\n{logs}"
+        assert firing[0]["status"] == "firing"
+        assert firing[0]["labels"]["source"] == "prestart" and firing[0]["labels"]["severity"] == "warning"
+        assert _Webhook.received[0]["receiver"] == "vllm-station"
+    finally:
+        for proc in procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=15)
+        exporter.shutdown()
+        webhook.shutdown()

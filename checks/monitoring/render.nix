@@ -14,6 +14,9 @@
 #   dashboardsPath  what Grafana's provider is told to read; datasourceUid the data source's uid
 #   pairRules       the rule file of a pair's head (station-a with monitoring on): the NCCL alert
 #   textfileDir     the contract's directory
+#   alertmanagerConfig  alertmanager.yml as nixpkgs' module writes it (builtins.toJSON of its `configuration`)
+#   warnings        monitored-station's warnings (none) and, per variant, the warnings or failed assertions
+#                   of a variation of it (`variants`: alertmanager off, no receiver, …)
 {
   nixosTree ? builtins.getEnv "NIXOS_TREE",
 }:
@@ -31,6 +34,16 @@ let
   promText = config.systemd.units."prometheus.service".text;
   nodeExec = config.systemd.services.prometheus-node-exporter.serviceConfig.ExecStart;
   provider = builtins.head config.services.grafana.provision.dashboards.settings.providers;
+  # monitored-station changed by one definition: its warnings and its failed assertions' messages
+  variant =
+    extra:
+    let
+      c = (evalExample [ ../examples/monitored-station.nix extra ] "x86_64-linux").config;
+    in
+    {
+      warnings = c.warnings;
+      assertions = map (a: a.message) (lib.filter (a: !a.assertion) c.assertions);
+    };
 in
 if failed != [ ] then
   throw "assertions failed:\n${lib.concatStringsSep "\n" failed}"
@@ -44,6 +57,7 @@ else
       "vllm-station-probe.service"
       "vllm-station-probe.timer"
       "vllm-station-watchdog.service"
+      "alertmanager.service"
     ] text;
     nodeExporterArgs = lib.filter (a: a != "" && a != "\\") (
       lib.splitString " " (lib.replaceStrings [ "\n" ] [ " " ] (builtins.unsafeDiscardStringContext nodeExec))
@@ -52,4 +66,29 @@ else
     datasourceUid = (builtins.head config.services.grafana.provision.datasources.settings.datasources).uid;
     pairRules = pairHead.services.vllm-station.monitoring.rules;
     inherit (contract) textfileDir;
+    alertmanagerConfig = builtins.toJSON config.services.prometheus.alertmanager.configuration;
+    warnings = config.warnings;
+    variants = {
+      alertmanager-off = variant { services.vllm-station.monitoring.alertmanager.enable = lib.mkForce false; };
+      own-alertmanager = variant {
+        services.vllm-station.monitoring.alertmanager.enable = lib.mkForce false;
+        services.prometheus.alertmanagers = [ { static_configs = [ { targets = [ "am.example.com:9093" ]; } ]; } ];
+      };
+      no-receiver = variant {
+        services.vllm-station.monitoring.alertmanager.receivers = {
+          webhook.url = lib.mkForce [ ];
+          email.to = lib.mkForce null;
+        };
+      };
+      email-without-smarthost = variant {
+        services.vllm-station.monitoring.alertmanager.receivers.email.smarthost = lib.mkForce null;
+      };
+      password-in-store = variant {
+        services.vllm-station.monitoring.alertmanager.receivers.email.authPasswordFile =
+          lib.mkForce "/nix/store/00000000000000000000000000000000-smtp-password";
+      };
+      webhook-only = variant {
+        services.vllm-station.monitoring.alertmanager.receivers.email.to = lib.mkForce null;
+      };
+    };
   }

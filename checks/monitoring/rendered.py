@@ -46,6 +46,9 @@ class Rendered:
     datasource_uid: str
     pair_rules: dict[str, Any]
     textfile_dir: str
+    alertmanager_config: str  # alertmanager.yml (JSON) as nixpkgs' module writes it
+    warnings: list[str]
+    variants: dict[str, dict[str, list[str]]]  # variant -> {"warnings": […], "assertions": […]}
 
     @property
     def rules_text(self) -> str:
@@ -77,7 +80,11 @@ def _show(drvs: list[str]) -> dict[str, Derivation]:
     for drv, raw in json.loads(proc.stdout).items():
         env = dict(raw["env"])
         out[drv] = Derivation(
-            drv, env.get("name", ""), env.get("out", ""), env, sorted(raw.get("inputDrvs", {}))
+            drv,
+            env.get("name", ""),
+            env.get("out", ""),
+            env,
+            sorted(raw.get("inputDrvs", {})),
         )
     return out
 
@@ -93,7 +100,9 @@ def _input_named(d: Derivation, name: str) -> Derivation:
 def rendered() -> Rendered:
     require_nix()
     tree = require_tree(
-        "NIXOS_TREE", "nixos/lib/eval-config.nix", "the monitoring checks (rendered by NixOS)"
+        "NIXOS_TREE",
+        "nixos/lib/eval-config.nix",
+        "the monitoring checks (rendered by NixOS)",
     )
     proc = run_nix(
         ["nix-instantiate", "--eval", "--read-write-mode", "--strict", "--json", str(RENDER),
@@ -123,6 +132,9 @@ def rendered() -> Rendered:
         datasource_uid=data["datasourceUid"],
         pair_rules=data["pairRules"],
         textfile_dir=data["textfileDir"],
+        alertmanager_config=data["alertmanagerConfig"],
+        warnings=data["warnings"],
+        variants=data["variants"],
     )
 
 
@@ -165,7 +177,9 @@ def node_exporter_args() -> list[str]:
     """Only the node exporter's rendered command line (one lazy evaluation; the system tier needs no more)."""
     require_nix()
     tree = require_tree(
-        "NIXOS_TREE", "nixos/lib/eval-config.nix", "the monitoring checks (rendered by NixOS)"
+        "NIXOS_TREE",
+        "nixos/lib/eval-config.nix",
+        "the monitoring checks (rendered by NixOS)",
     )
     proc = run_nix(
         ["nix-instantiate", "--eval", "--strict", "--json", str(RENDER), "--argstr", "nixosTree", str(tree),

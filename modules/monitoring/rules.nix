@@ -10,6 +10,10 @@
 #   station_watchdog_*             `station watchdog`, same way
 #   station_page_cache_*           `station prestart` / `station preflight`, same way
 #   station_nccl_transport_verdict `station nccl-check` (a pair's head), same way
+#   up                             Prometheus' own, per scrape job (the staleness rules)
+#
+# The watchdog's verdict labels (`verdict="wedged"`, …) are vllm_station.watchdog.VERDICTS; a test
+# (checks/test_monitoring_rules.py) feeds every label this file selects through that list.
 let
   num = builtins.toJSON; # 0.95 -> "0.95" (toString would give "0.950000")
   mins = m: "${toString m}m";
@@ -25,7 +29,8 @@ rec {
     waitingRequests = 0; # requests beyond --max-num-seqs 256 queue: any waiting …
     waitingMinutes = 3; # … for 3 minutes
     preemptions = 0; # preemptions in 5 minutes (the KV cache was too small for the batch)
-    ttftP99Seconds = 5.0; # TTFT p99 over 5 minutes (the seed: median 0.985 s at 32 users)
+    ttftSeconds = 5.0; # the probe's short-prompt TTFT (the seed: 0.061 s for one user, median 0.985 s at 32)
+    overloadedMinutes = 5; # the watchdog's probe gets 429/503 for this long
     restartsPerHour = 1; # "alert on unexpected restart events"
     stallMinutes = 5; # requests wait and nothing moves for this long
     pageCacheGiB = 1.0; # FilePages left on the GPU's node after the drop ("close to zero")
@@ -36,7 +41,16 @@ rec {
       thresholds ? { },
       servingUnit ? "vllm-station.service",
       vllmJob ? "vllm-station",
+      nodeJob ? "node",
+      # every scrape job the station declares (the staleness rules: `up == 0`, `absent(up{job=…})`)
+      scrapeJobs ? [
+        vllmJob
+        nodeJob
+      ],
+      probe ? true,
       probeIntervalSeconds ? 300,
+      watchdog ? true,
+      watchdogIntervalSeconds ? 30,
       wedgeVerdicts ? 3,
       pair ? false,
     }:
@@ -45,6 +59,12 @@ rec {
       unit = ''name="${servingUnit}"'';
       probeFor = secs (2 * probeIntervalSeconds); # two probes in a row
       stall = mins t.stallMinutes;
+      probeWindow = secs probeIntervalSeconds;
+      # The vLLM job is judged with the unit's state (VllmStationEngineDown); the others here.
+      otherJobs = builtins.filter (j: j != vllmJob) scrapeJobs;
+      absentJobs = builtins.concatStringsSep " or " (map (j: ''absent(up{job="${j}"})'') scrapeJobs);
+      watchdogStaleSeconds = 3 * watchdogIntervalSeconds;
+      optional = cond: xs: if cond then xs else [ ];
       alert = name: severity: forTime: expr: summary: description: {
         inherit expr;
         alert = name;
@@ -80,9 +100,9 @@ rec {
                 "The serving unit counts as active but its server does not answer Prometheus."
               )
               (alert "VllmStationThroughputLow" "warning" probeFor
-                "station_probe_tokens_per_second < ${num t.tokensPerSecond}"
+                "station_probe_tokens_per_second < ${num t.tokensPerSecond} and on() max(max_over_time(vllm:num_requests_running[${probeWindow}])) <= 1 and on() max(max_over_time(vllm:num_requests_waiting[${probeWindow}])) == 0"
                 "One user gets {{ $value | printf \"%.1f\" }} tok/s (below ${num t.tokensPerSecond})"
-                "The synthetic probe's decode rate dropped below the threshold in two probes in a row (the recipe expects 145.9 tok/s for one user): a potential memory issue."
+                "The synthetic probe's decode rate dropped below the threshold in two probes in a row while the engine ran nothing else (at most 1 request running, none waiting, over each probe interval; the recipe expects 145.9 tok/s for one user): a potential memory issue."
               )
               (alert "VllmStationProbeFailing" "warning" probeFor "station_probe_success == 0"
                 "The synthetic probe's generation fails"
@@ -112,10 +132,10 @@ rec {
                 "{{ $value | printf \"%.0f\" }} preemptions in 5 minutes"
                 "Running requests were preempted for lack of KV cache: their work is recomputed."
               )
-              (alert "VllmStationTtftHigh" "warning" "5m"
-                "histogram_quantile(0.99, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket[5m]))) > ${num t.ttftP99Seconds}"
-                "TTFT p99 is {{ $value | printf \"%.2f\" }} s"
-                "Time to first token (99th percentile over 5 minutes) above ${num t.ttftP99Seconds} s."
+              (alert "VllmStationTtftHigh" "warning" probeFor
+                "station_probe_ttft_seconds > ${num t.ttftSeconds}"
+                "The probe's short prompt waits {{ $value | printf \"%.2f\" }} s for its first token"
+                "Time to first token of the synthetic probe's short prompt above ${num t.ttftSeconds} s in two probes in a row. vLLM's TTFT histogram mixes every prompt length (a 1M-token prefill takes 35 s) and cannot be joined with the prompt length, so the probe's own fixed short prompt is judged."
               )
               (alert "VllmStationEngineStalled" "critical" "1m"
                 "sum(vllm:num_requests_waiting) > 0 and on() sum(increase(vllm:generation_tokens_total[${stall}])) == 0 and on() sum(increase(vllm:prompt_tokens_total[${stall}])) == 0 and on() sum(changes(vllm:kv_cache_usage_perc[${stall}])) == 0"
@@ -124,8 +144,52 @@ rec {
               )
               (alert "VllmStationEngineWedged" "critical" "0m" ''station_watchdog_verdict{verdict="wedged"} == 1''
                 "The watchdog finds the engine wedged ({{ with query \"station_watchdog_wedge_streak\" }}{{ . | first | value }}{{ end }}/${toString wedgeVerdicts})"
-                "/health answers but the 1-token probe fails and /metrics shows no progress; the watchdog restarts ${servingUnit} after ${toString wedgeVerdicts} such looks."
+                "/health answers but the 1-token probe times out or breaks (no 4xx, 429 or 503 answer) and /metrics shows no progress; the watchdog restarts ${servingUnit} after ${toString wedgeVerdicts} such looks in a row."
               )
+              (alert "VllmStationProbeRefused" "critical" (secs (2 * watchdogIntervalSeconds))
+                ''station_watchdog_verdict{verdict="misconfigured"} == 1''
+                "The serving endpoint refuses the watchdog's probe (HTTP 4xx)"
+                "An answer no restart changes: a stale or missing API key (401/403), a wrong model name or URL (404), a bad request (400). Clients are likely refused too. The watchdog does not restart for it; journalctl -u vllm-station-watchdog shows the answer."
+              )
+              (alert "VllmStationOverloaded" "warning" (mins t.overloadedMinutes)
+                ''station_watchdog_verdict{verdict="overloaded"} == 1''
+                "The serving endpoint sheds load (HTTP 429/503) for ${mins t.overloadedMinutes}"
+                "The watchdog's 1-token probe gets 429 (a rate limit) or 503 (a full queue, a draining server): the engine lives, it is not restarted. Plan capacity or raise the limit; see VllmStationRequestsWaiting."
+              )
+            ]
+            ++ optional (otherJobs != [ ]) [
+              (alert "VllmStationScrapeDown" "warning" "2m"
+                ''up{job=~"${builtins.concatStringsSep "|" otherJobs}"} == 0''
+                "Prometheus cannot scrape {{ $labels.job }} ({{ $labels.instance }})"
+                "The exporter does not answer: the alerts that read it (node_exporter: the unit's state, restarts, the probe's and the watchdog's textfiles) cannot fire. systemctl status prometheus-node-exporter."
+              )
+            ]
+            ++ [
+              (alert "VllmStationScrapeMissing" "warning" "5m" absentJobs
+                "Prometheus has no target of job {{ $labels.job }}"
+                "The scrape configuration lost a job the station's alerts read: nothing about it can fire. Check the Prometheus configuration (services.vllm-station.monitoring, or the central Prometheus that loads these rules)."
+              )
+            ]
+            ++ optional probe [
+              (alert "VllmStationProbeMissing" "warning" (secs (3 * probeIntervalSeconds))
+                "absent(station_probe_last_run_timestamp_seconds)"
+                "The synthetic probe has never reported"
+                "No station-probe.prom for 3 probe intervals: the timer does not run it, it cannot write the textfile directory, or node_exporter does not read it. systemctl list-timers vllm-station-probe.timer; journalctl -u vllm-station-probe."
+              )
+            ]
+            ++ optional watchdog [
+              (alert "VllmStationWatchdogStale" "warning" "0m"
+                "time() - station_watchdog_last_look_timestamp_seconds > ${num watchdogStaleSeconds}"
+                "The watchdog has not looked for {{ $value | printf \"%.0f\" }} s"
+                "It looks every ${toString watchdogIntervalSeconds} s: a wedge would go unrestarted. systemctl status vllm-station-watchdog."
+              )
+              (alert "VllmStationWatchdogMissing" "warning" (secs watchdogStaleSeconds)
+                "absent(station_watchdog_last_look_timestamp_seconds)"
+                "The watchdog has never reported"
+                "No station-watchdog.prom: the watchdog does not run or cannot write the textfile directory, so a wedge would go unrestarted. systemctl status vllm-station-watchdog."
+              )
+            ]
+            ++ [
               (alert "VllmStationPageCacheHigh" "warning" "0m"
                 "station_page_cache_file_pages_bytes > ${num t.pageCacheGiB} * 2^30"
                 "{{ $value | humanize1024 }}B of page cache on the GPU's NUMA node ({{ $labels.source }})"

@@ -20,14 +20,17 @@ from typing import Any
 import httpx
 import pytest
 from conftest import VllmServer, free_port
+from faultserver import FaultServer, RawReply, Reply, Request
 from simserver import SimServer
 
 from vllm_station import cli, textfile, watchdog
+from vllm_station.api import ApiTimeout, ApiUnreachable, ProtocolError
 from vllm_station.api.args import endpoint_from_args
+from vllm_station.api.errors import HttpStatusError
 from vllm_station.bench.sim.config import SimConfig
 from vllm_station.bench.sim.process import SimProcess
 from vllm_station.errors import UsageError
-from vllm_station.watchdog import Look, Options, UnitState, Verdict, Watchdog, judge, run_loop
+from vllm_station.watchdog import Look, Options, UnitState, Verdict, Watchdog, classify, judge, run_loop
 
 FAST = {"interval_s": 0.5, "probe_timeout_s": 0.4, "wedge_verdicts": 3}
 
@@ -38,7 +41,7 @@ def _endpoint(url: str) -> object:
 
 def _look(**kw: object) -> Look:
     base: dict[str, object] = {
-        "at": 0.0, "probe_ok": False, "probe_s": 0.4, "probe_error": "timed out", "unreachable": False,
+        "at": 0.0, "probe_ok": False, "probe_s": 0.4, "probe_error": "timed out", "failure": "transport",
         "signature": {"vllm:generation_tokens_total": 5.0}, "shown": {},
     }  # fmt: skip
     base.update(kw)
@@ -57,7 +60,12 @@ def test_judge_each_verdict() -> None:
     assert verdict == "busy" and "kv_cache_usage_perc moved" in reason
     assert judge(sig, _look(signature=None, metrics_error="GET /metrics: timeout"))[0] == "wedged"
     assert judge(None, _look(signature=sig))[0] == "no-baseline"
-    assert judge(sig, _look(unreachable=True))[0] == "down"
+    assert judge(sig, _look(failure="refused"))[0] == "down"
+    assert judge(sig, _look(failure="misconfigured", signature=dict(sig)))[0] == "misconfigured"
+    assert judge(sig, _look(failure="overloaded", signature=dict(sig)))[0] == "overloaded"
+    # an answer proves the server lives: not a wedge even when /metrics does not answer either
+    assert judge(sig, _look(failure="misconfigured", signature=None))[0] == "misconfigured"
+    assert judge(sig, _look(failure="overloaded", signature=None))[0] == "overloaded"
     failed = UnitState("failed", "failed", "start-limit-hit", 0)
     assert judge(sig, _look(unit=failed))[0] == "inactive"
     assert judge(sig, _look(unit=UnitState("active", "running", "success", 0), probe_ok=True))[0] == "ok"
@@ -81,6 +89,186 @@ def test_a_metric_that_appears_or_resets_is_progress() -> None:
 def test_bad_options_are_usage_errors(kw: dict[str, float], match: str) -> None:
     with pytest.raises(UsageError, match=match):
         Options(**kw)  # type: ignore[arg-type]
+
+
+# ---- what a failed probe means ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("status", "expected"),
+    [(401, "misconfigured"), (403, "misconfigured"), (404, "misconfigured"), (400, "misconfigured"),
+     (422, "misconfigured"), (301, "misconfigured"), (429, "overloaded"), (503, "overloaded"),
+     (500, "transport"), (502, "transport"), (504, "transport")],
+)  # fmt: skip
+def test_classify_an_http_answer(status: int, expected: str) -> None:
+    err = HttpStatusError("POST /v1/completions: HTTP", url="http://x/v1/completions", status=status, body="")
+    assert classify(err) == expected
+
+
+@pytest.mark.parametrize(
+    ("err", "expected"),
+    [
+        (ApiUnreachable("refused", kind="refused", url="u"), "refused"),
+        (ApiUnreachable("connect timeout", kind="connect-timeout", url="u"), "transport"),
+        (ApiUnreachable("reset while connecting", kind="connect", url="u"), "transport"),
+        (ApiUnreachable("bad certificate", kind="tls", url="u"), "misconfigured"),
+        (ApiUnreachable("no such host", kind="dns", url="u"), "misconfigured"),
+        (ApiTimeout("no answer", url="u", timeout_s=1.0), "transport"),
+        (ProtocolError("the connection broke mid-answer", url="u"), "transport"),
+    ],
+)
+def test_classify_a_transport_failure(err: Exception, expected: str) -> None:
+    assert classify(err) == expected  # type: ignore[arg-type]
+
+
+FROZEN_METRICS = (
+    "# TYPE vllm:generation_tokens_total counter\nvllm:generation_tokens_total 5\n"
+    "# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc 0\n"
+    "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 0\n"
+)
+ANSWER = {
+    "id": "cmpl-0", "object": "text_completion", "created": 0, "model": "m",
+    "choices": [{"index": 0, "text": "!", "finish_reason": "length"}],
+    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+}  # fmt: skip
+
+
+class Engine:
+    """A real HTTP server whose /v1/completions answers as `mode` says, with an idle engine's /metrics
+    (nothing moves: an idle engine and a wedged one look alike there)."""
+
+    def __init__(self) -> None:
+        self.mode: Reply | RawReply = Reply(json=ANSWER)
+        self.srv = FaultServer(
+            {
+                ("POST", "/v1/completions"): self._answer,
+                ("GET", "/metrics"): Reply(body=FROZEN_METRICS),
+            }
+        ).start()
+
+    def _answer(self, _req: Request) -> Reply | RawReply:
+        return self.mode
+
+
+@pytest.fixture
+def engine() -> object:
+    e = Engine()
+    yield e
+    e.srv.stop()
+
+
+def _looks(engine: Engine, n: int, lines: list[str], restarts: list[str], tmp: Path | None = None,
+           **kw: object) -> list[Verdict]:  # fmt: skip
+    dog = _dog(engine.srv.url, lambda: restarts.append("restart") or "restarted", lines, tmp,
+               **{"model": "m", **kw})  # fmt: skip
+    try:
+        return run_loop(dog, n, sleep=lambda _s: None)
+    finally:
+        dog.close()
+
+
+def test_a_401_storm_is_misconfigured_and_never_restarted(engine: Engine, tmp_path: Path) -> None:
+    """A stale key on an idle engine: every probe is refused and /metrics stands still. Before the
+    verdicts were separated this read `wedged` and restarted a healthy engine until the start limit."""
+    engine.mode = Reply(status=401, json={"error": {"message": "Unauthorized"}})
+    lines: list[str] = []
+    restarts: list[str] = []
+    verdicts = _looks(engine, 5, lines, restarts, tmp_path, wedge_verdicts=2)
+    assert [v.verdict for v in verdicts] == ["misconfigured"] * 5
+    assert restarts == [] and all(v.streak == 0 and not v.restarted for v in verdicts)
+    said = [line for line in lines if line.startswith("verdict misconfigured")]
+    assert len(said) == 1, lines  # once, when the stretch began
+    assert "HTTP 401" in said[0] and "no restart changes" in said[0]
+    exported = textfile.read(tmp_path / watchdog.TEXTFILE)
+    assert exported['station_watchdog_verdict{verdict="misconfigured"}'] == 1
+    assert exported['station_watchdog_verdict{verdict="wedged"}'] == 0
+    assert exported["station_watchdog_restarts_total"] == 0
+    assert exported["station_watchdog_probe_success"] == 0
+
+
+@pytest.mark.parametrize("status", [403, 404, 400])
+def test_other_refusals_are_misconfigured(engine: Engine, status: int) -> None:
+    engine.mode = Reply(status=status, json={"error": {"message": "no"}})
+    restarts: list[str] = []
+    verdicts = _looks(engine, 3, [], restarts, wedge_verdicts=1)
+    assert [v.verdict for v in verdicts] == ["misconfigured"] * 3 and restarts == []
+
+
+def test_a_refusal_is_misconfigured_even_when_metrics_is_refused_too(engine: Engine) -> None:
+    engine.mode = Reply(status=401, json={"error": {"message": "Unauthorized"}})
+    engine.srv.route("GET", "/metrics", Reply(status=401))
+    restarts: list[str] = []
+    verdicts = _looks(engine, 3, [], restarts, wedge_verdicts=1)
+    assert [v.verdict for v in verdicts] == ["misconfigured"] * 3 and restarts == []
+
+
+@pytest.mark.parametrize("status", [429, 503])
+def test_shedding_load_is_overloaded_and_never_restarted(engine: Engine, status: int, tmp_path: Path) -> None:
+    engine.mode = Reply(status=status, json={"error": {"message": "slow down"}})
+    lines: list[str] = []
+    restarts: list[str] = []
+    verdicts = _looks(engine, 4, lines, restarts, tmp_path, wedge_verdicts=2)
+    assert [v.verdict for v in verdicts] == ["overloaded"] * 4 and restarts == []
+    assert len([line for line in lines if line.startswith("verdict overloaded")]) == 1, lines
+    exported = textfile.read(tmp_path / watchdog.TEXTFILE)
+    assert exported['station_watchdog_verdict{verdict="overloaded"}'] == 1
+    assert exported["station_watchdog_restarts_total"] == 0
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [Reply(json=ANSWER, delay_s=2.0), RawReply(b""), Reply(status=500, json={"error": {"message": "boom"}}),
+     Reply(status=502, body="bad gateway")],
+    ids=["timeout", "reset", "500", "502"],
+)  # fmt: skip
+def test_a_transport_failure_without_progress_is_restarted_after_n_looks(
+    engine: Engine, failure: Reply | RawReply, tmp_path: Path
+) -> None:
+    engine.mode = failure
+    lines: list[str] = []
+    restarts: list[str] = []
+    verdicts = _looks(engine, 3, lines, restarts, tmp_path, wedge_verdicts=2)
+    assert [v.verdict for v in verdicts] == ["no-baseline", "wedged", "wedged"], lines
+    assert [v.restarted for v in verdicts] == [False, False, True]
+    assert restarts == ["restart"]
+    assert textfile.read(tmp_path / watchdog.TEXTFILE)["station_watchdog_restarts_total"] == 1
+
+
+def test_an_interrupted_wedge_starts_the_count_anew(engine: Engine) -> None:
+    """wedged, healthy, wedged with 2 verdicts to restart: no restart (the healthy look resets the count);
+    a second wedged look in a row then restarts."""
+    hang, ok = Reply(json=ANSWER, delay_s=2.0), Reply(json=ANSWER)
+    restarts: list[str] = []
+    dog = _dog(engine.srv.url, lambda: restarts.append("restart") or "restarted", [], model="m",
+               wedge_verdicts=2)  # fmt: skip
+    seen: list[tuple[str, int]] = []
+    try:
+        for mode in (hang, hang, ok, hang, hang):
+            engine.mode = mode
+            v = run_loop(dog, 1, sleep=lambda _s: None)[0]
+            seen.append((v.verdict, v.streak))
+            if mode is ok:
+                assert restarts == [], seen
+    finally:
+        dog.close()
+    assert seen == [("no-baseline", 0), ("wedged", 1), ("ok", 0), ("wedged", 1), ("wedged", 2)]
+    assert restarts == ["restart"]
+
+
+def test_a_refusal_between_wedged_looks_starts_the_count_anew(engine: Engine) -> None:
+    hang, refused = Reply(json=ANSWER, delay_s=2.0), Reply(status=401, json={"error": {"message": "no"}})
+    restarts: list[str] = []
+    dog = _dog(engine.srv.url, lambda: restarts.append("restart") or "restarted", [], model="m",
+               wedge_verdicts=2)  # fmt: skip
+    try:
+        verdicts = []
+        for mode in (hang, hang, refused, hang):
+            engine.mode = mode
+            verdicts += run_loop(dog, 1, sleep=lambda _s: None)
+    finally:
+        dog.close()
+    assert [v.verdict for v in verdicts] == ["no-baseline", "wedged", "misconfigured", "wedged"]
+    assert restarts == []
 
 
 # ---- against station simulate -------------------------------------------------------------------------

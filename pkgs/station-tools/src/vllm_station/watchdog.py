@@ -12,15 +12,20 @@ tokens" misses it. Every `--interval` seconds the watchdog takes one look:
    long (1M-token) chunked prefill the counters stand still; its KV-cache use grows chunk by chunk.
 
 Verdicts: `ok` (the probe answered) · `busy` (it did not, but the signature moved since the last look: a
-long prefill, a full batch) · `wedged` (it did not and nothing moved, or `/metrics` did not answer either)
-· `down` (connection refused: the process is gone and systemd restarts it) · `inactive` · `no-baseline`
-(the first look, or the first after a restart: nothing to compare with).
+long prefill, a full batch) · `wedged` (it failed at the transport — a timeout, a reset, a 5xx of the
+engine other than 503 — and nothing moved, or `/metrics` did not answer either) · `misconfigured` (an HTTP
+answer that no restart changes: 4xx other than 429 — a stale key, a wrong model or path — or a TLS/DNS
+failure) · `overloaded` (429 or 503: a rate limit, a full queue, a draining server) · `down` (connection
+refused: the process is gone and systemd restarts it) · `inactive` · `no-baseline` (the first look, or the
+first after a restart: nothing to compare with). `classify` says which failure is which.
 
-On `--wedge-verdicts` consecutive `wedged` verdicts it runs `systemctl restart --no-block UNIT`: a start
+Only `wedged` restarts: on `--wedge-verdicts` consecutive `wedged` verdicts (any other verdict in between
+starts the count anew) it runs `systemctl restart --no-block UNIT`: a start
 like any other, so it counts toward the unit's start limit (3 an hour) and prestart runs first — a wedge
 that comes back every time ends in a failed unit, not a loop. Each non-ok verdict and each restart is
-logged with its figures (stderr: the journal); the state goes to node_exporter's textfile collector
-(`station-watchdog.prom`, see `FAMILIES`).
+logged with its figures (stderr: the journal; a `misconfigured` or `overloaded` stretch once, when it
+begins); the state goes to node_exporter's textfile collector (`station-watchdog.prom`, see `families`),
+where the alerts read the verdict.
 
 Detection: the first `wedged` verdict ends the look that began after the wedge (≤ interval + probe
 timeout), each further one an interval later, so a wedge is restarted within
@@ -48,11 +53,15 @@ from vllm_station import argtypes, textfile
 from vllm_station.api import ApiClient, ApiError, ApiUnreachable
 from vllm_station.api.args import Endpoint, add_endpoint_args, endpoint_from_args
 from vllm_station.api.client import tls_context
+from vllm_station.api.errors import HttpStatusError
 from vllm_station.bench.scrape import parse_prometheus
 from vllm_station.errors import EXIT_OK, StationError, UsageError
 from vllm_station.polling import check_seconds
 
-VERDICTS = ("ok", "busy", "wedged", "down", "inactive", "no-baseline")
+VERDICTS = ("ok", "busy", "wedged", "misconfigured", "overloaded", "down", "inactive", "no-baseline")
+# How a failed probe counts (`classify`): only a `transport` failure can make a wedge.
+REFUSED, TRANSPORT, MISCONFIGURED, OVERLOADED = "refused", "transport", "misconfigured", "overloaded"
+OVERLOAD_STATUSES = (429, 503)  # a rate limit (the gateway's, vLLM's), a full queue, a draining server
 PROBE_PROMPT = "Hello"
 TEXTFILE = "station-watchdog.prom"
 SYSTEMCTL_TIMEOUT_S = 30.0
@@ -125,7 +134,7 @@ class Look:
     probe_ok: bool
     probe_s: float
     probe_error: str | None
-    unreachable: bool
+    failure: str | None  # classify(): None when the probe answered
     signature: dict[str, float] | None  # None: /metrics did not answer
     shown: dict[str, float]
     metrics_error: str | None = None
@@ -152,8 +161,12 @@ def judge(previous: Mapping[str, float] | None, look: Look) -> tuple[str, str]:
     if look.probe_ok:
         return "ok", f"1-token probe answered in {look.probe_s:.2f} s"
     probe = f"1-token probe failed after {look.probe_s:.1f} s ({look.probe_error})"
-    if look.unreachable:
+    if look.failure == REFUSED:
         return "down", f"{probe}: nothing listens, systemd restarts a server that exited"
+    if look.failure == MISCONFIGURED:
+        return "misconfigured", f"{probe}: an answer no restart changes (fix the key, model or URL)"
+    if look.failure == OVERLOADED:
+        return "overloaded", f"{probe}: the server sheds load (a rate limit, a full queue, draining)"
     if look.signature is None:
         return "wedged", f"{probe}; /metrics did not answer either ({look.metrics_error})"
     if previous is None:
@@ -162,6 +175,23 @@ def judge(previous: Mapping[str, float] | None, look: Look) -> tuple[str, str]:
     if moved:
         return "busy", f"{probe}, but the engine progresses ({', '.join(_short(k) for k in moved)} moved)"
     return "wedged", f"{probe}; no progress in /metrics since the last look"
+
+
+def classify(err: ApiError) -> str:
+    """How a failed probe counts. `refused`: nothing listens (down). `misconfigured`: an answer no restart
+    changes — HTTP 4xx other than 429 (401/403 a stale or missing key, 404 a wrong model or URL, 400), any
+    other non-5xx status, or a TLS/DNS failure. `overloaded`: 429 or 503. `transport`: everything else —
+    timeouts, resets, truncated answers, a 5xx of the engine other than 503 — which is a wedge when
+    /metrics shows no progress either."""
+    if isinstance(err, ApiUnreachable):
+        if err.kind == "refused":
+            return REFUSED
+        return MISCONFIGURED if err.kind in ("tls", "dns") else TRANSPORT
+    if isinstance(err, HttpStatusError):
+        if err.status in OVERLOAD_STATUSES:
+            return OVERLOADED
+        return TRANSPORT if err.status >= 500 else MISCONFIGURED
+    return TRANSPORT
 
 
 def _short(name: str) -> str:
@@ -238,21 +268,19 @@ class Watchdog:
         self.http.close()
 
     # ---- one look ----
-    def _probe(self) -> tuple[bool, float, str | None, bool]:
+    def _probe(self) -> tuple[bool, float, str | None, str | None]:
         t0 = time.perf_counter()
         try:
             if self.model is None:
                 listed = self.api.models(timeout=self.opts.probe_timeout_s)
                 if not listed:
-                    return False, time.perf_counter() - t0, "GET /v1/models lists no model", False
+                    return False, time.perf_counter() - t0, "GET /v1/models lists no model", MISCONFIGURED
                 self.model = listed[0].id
             left = max(0.5, self.opts.probe_timeout_s - (time.perf_counter() - t0))
             self.api.completion(self.model, PROBE_PROMPT, max_tokens=1, timeout=left)
-            return True, time.perf_counter() - t0, None, False
-        except ApiUnreachable as err:
-            return False, time.perf_counter() - t0, _first_line(err), err.kind == "refused"
+            return True, time.perf_counter() - t0, None, None
         except ApiError as err:
-            return False, time.perf_counter() - t0, _first_line(err), False
+            return False, time.perf_counter() - t0, _first_line(err), classify(err)
 
     def _metrics(self) -> tuple[dict[str, float] | None, dict[str, float], str | None]:
         try:
@@ -280,10 +308,10 @@ class Watchdog:
                 self.unit_unreadable = False
         at = self.clock()
         if unit is not None and unit.active != "active":
-            return Look(at, False, 0.0, None, False, None, {}, None, unit)
-        ok, seconds, error, refused = self._probe()
+            return Look(at, False, 0.0, None, None, None, {}, None, unit)
+        ok, seconds, error, failure = self._probe()
         signature, shown, metrics_error = self._metrics()
-        return Look(at, ok, seconds, error, refused, signature, shown, metrics_error, unit)
+        return Look(at, ok, seconds, error, failure, signature, shown, metrics_error, unit)
 
     # ---- one cycle ----
     def step(self) -> Verdict:
@@ -322,8 +350,8 @@ class Watchdog:
             if self.last_verdict not in ("", "ok"):
                 self.say(f"ok again: {v.reason}")
             return
-        if v.verdict == "inactive" and self.last_verdict == "inactive":
-            return
+        if v.verdict in ("inactive", "misconfigured", "overloaded") and v.verdict == self.last_verdict:
+            return  # said when the stretch began; the exported verdict carries it on
         streak = f" ({v.streak}/{self.opts.wedge_verdicts})" if v.verdict == "wedged" else ""
         self.say(f"verdict {v.verdict}{streak}: {v.reason}; {_figures(v.figures, self._stale_s(look))}")
 
