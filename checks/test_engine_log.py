@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
+from system.common import require_tools
 from system.engine_log import engine_death, machine_memory, signal_name
 
 # The shape of a CPU engine dying at its first request under a station's unit (vLLM 0.32's own lines).
@@ -75,3 +77,11 @@ def test_machine_memory_reads_each_group(tmp_path: Path) -> None:
     ]
     (group / "memory.limit_in_bytes").write_text("9223372036854771712\n")  # cgroup v1's "no limit"
     assert ": limit none, peak 5120 MiB" in machine_memory("cpu", tmp_path)
+
+
+@pytest.mark.parametrize("cache", ["/tmp/cache", "/var/tmp/x/y"])
+def test_a_cache_the_machines_cannot_see_is_refused_with_the_fix(cache: str) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("require_tools skips first without root")
+    with pytest.raises(pytest.fail.Exception, match=r"replaces with its own tmpfs.*use a directory elsewhere"):
+        require_tools(Path(cache))

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from nixenv import CACHE
 
 from .station import CHECKS
 
@@ -32,7 +33,12 @@ def free_port() -> int:
         return port
 
 
-def require_tools() -> None:
+# A booted machine mounts its own tmpfs on these: a cache below one (its station venv, its registry) is
+# hidden from the units, which then fail with 203/EXEC.
+HIDDEN_IN_MACHINES = (Path("/tmp"), Path("/var/tmp"))
+
+
+def require_tools(cache: Path | None = None) -> None:
     missing = [
         pkg
         for tool, pkg in TOOLS.items()
@@ -44,6 +50,15 @@ def require_tools() -> None:
         )
     if os.geteuid() != 0:
         pytest.skip("system tier needs root (systemd-nspawn, dockerd)")
+    cache = (cache or CACHE).resolve()
+    hidden = [d for d in HIDDEN_IN_MACHINES if cache.is_relative_to(d)]
+    if hidden:
+        pytest.fail(
+            f"STATION_CACHE={cache} is below {hidden[0]}, which every booted machine of the system tier "
+            "replaces with its own tmpfs: its units could not see the station venv; use a directory "
+            "elsewhere (the default is /opt/vllm-station)",
+            pytrace=False,
+        )
 
 
 @dataclass
