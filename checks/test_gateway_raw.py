@@ -356,6 +356,25 @@ def test_golive_needle_through_the_gateway_needs_an_operator_key(
     assert "operator" in refused.stdout + refused.stderr
 
 
+def test_golive_every_gate_through_the_gateway_with_an_operator_key(
+    needle_gw: tuple[Gateway, dict[str, Path]], tmp_path: Path
+) -> None:
+    """The whole go-live (smoke, tools, agent, needle, bench) through the gateway, as an operator runs it:
+    GO with the operator key, every gate held, each gate's requests through the gateway's key and limits."""
+    gw, key_files = needle_gw
+    small = ("--needle-lengths", "25%", "--needle-depths", "50", "--bench-concurrency", "1,4",
+             "--bench-requests", "4", "--bench-output-len", "16")  # fmt: skip
+    out = tmp_path / "ops-all"
+    ok = _station(gw, key_files["ops"], "golive", *small, "--json", "--out", str(out))
+    assert ok.returncode == 0, ok.stdout[-3000:] + ok.stderr[-3000:]
+    report = json.loads((out / "golive.json").read_text())
+    assert [(g["name"], g["held"]) for g in report["gates"]] == [
+        ("smoke", True), ("tools", True), ("agent", True), ("needle", True), ("bench", True)
+    ], report["gates"]
+    assert (report["result"], report["exit_code"]) == ("go", 0)
+    assert report["gates"][1]["summary"] == "40/40 cases"  # no tool case lost to a 429 or a TLS error
+
+
 def test_the_status_page_listens_on_loopback_only(tmp_path: Path) -> None:
     """With monitoring on, nixpkgs' status page server (`services.nginx.statusPage`) is the nginx
     exporter's: every `listen` of the rendered configuration is a loopback address (the gateway's is

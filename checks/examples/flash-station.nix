@@ -36,10 +36,16 @@
       tls.keyFile = "/var/lib/vllm-station-secrets/gateway/key.pem";
       keys = {
         alice.file = "/var/lib/vllm-station-secrets/gateway/alice";
-        # golive's needle gate counts tokens at /tokenize: an operator key.
+        # golive's needle gate counts tokens at /tokenize: an operator key, with limits above what
+        # golive sends (its bench runs 32 users at once; a 429 is a failed request, a NO-GO).
         ops = {
           file = "/var/lib/vllm-station-secrets/gateway/ops";
           role = "operator";
+          limits = {
+            rate = "100r/s";
+            burst = 500;
+            connections = 300;
+          };
         };
       };
       openFirewall = true; # 443 only

@@ -52,6 +52,12 @@ let
         keys.ops = {
           file = "/run/secrets/gateway/ops";
           role = "operator";
+          # as the flagship example's: above golive's request rate (its gates run back to back)
+          limits = {
+            rate = "100r/s";
+            burst = 500;
+            connections = 300;
+          };
         };
         # A key with tiny limits, for the 413 and 429 proofs.
         keys.limited = {

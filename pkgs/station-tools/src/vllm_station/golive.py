@@ -367,8 +367,9 @@ def _gates(
     _say(quiet, "bench …")
     t0 = time.perf_counter()
     opts = BenchOptions(
-        mode="sweep", base_url=ep.root_url, model=model, api_key=ep.api_key, levels=plan.bench_levels,
-        warmup=Count(1, True), requests=Count.parse(plan.bench_requests), output_len=plan.bench_output_len,
+        mode="sweep", base_url=ep.root_url, model=model, api_key=ep.api_key,
+        ca_file=str(ep.ca_file) if ep.ca_file else None, levels=plan.bench_levels, warmup=Count(1, True),
+        requests=Count.parse(plan.bench_requests), output_len=plan.bench_output_len,
         timeout=plan.timeout or 600.0, seed=0, progress=not quiet,
         expectations=expect_mod.parse(plan.expect),
     )  # fmt: skip
