@@ -20,6 +20,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -154,28 +155,44 @@ class Env:
     rendered: dict[str, Any]
 
 
-@pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+@dataclass(frozen=True)
+class Setup:
+    """What both gateways of this module start from: a directory, free ports, a rendering under way (the
+    "single" variant, for those ports), a test CA and the keys."""
+
+    work: Path
+    ports: Ports
+    render: subprocess.Popen[str]
+    tls: tuple[Path, Path, Path]
+    keys: dict[str, str]
+    upstream_key: str
+
+
+@contextmanager
+def setup(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[Setup]:
     require_nix()
     tree = require_tree("NIXOS_TREE", "nixos/lib/eval-config.nix", "the raw gateway tests")
     if not Path(NGINX).exists():
         pytest.skip("nginx is not installed: apt-get install nginx (scripts/check installs it)")
-    work = tmp_path_factory.mktemp("gateway-raw")
+    work = tmp_path_factory.mktemp(name)
     ports = Ports.free()
     render = start_render(ports, str(tree), ("single",))
     try:
         tls = generate_tls(work / "pki", ["llm.example.com", "127.0.0.1"])
-        keys = {name: new_key(name) for name in KEY_NAMES}
-        upstream_key = new_key("station")
-        with Recorder(ports.upstreams["local"]) as station:
-            rendered = finish_render(render)["single"]
-            with Gateway(rendered, work / "gw", ports.gateway_rr, tls, keys, upstream_key) as gw:
-                print(f"gateway figure: raw cases = {len(CASES)}", file=sys.stderr)
-                yield Env(gw, station, keys, upstream_key, rendered)
+        yield Setup(work, ports, render, tls, {k: new_key(k) for k in KEY_NAMES}, new_key("station"))
     finally:
         if render.poll() is None:
             render.kill()
             render.wait()
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    with setup(tmp_path_factory, "gateway-raw") as s, Recorder(s.ports.upstreams["local"]) as station:
+        rendered = finish_render(s.render)["single"]
+        with Gateway(rendered, s.work / "gw", s.ports.gateway_rr, s.tls, s.keys, s.upstream_key) as gw:
+            print(f"gateway figure: raw cases = {len(CASES)}", file=sys.stderr)
+            yield Env(gw, station, s.keys, s.upstream_key, rendered)
 
 
 def send(env: Env, case: Case) -> RawResponse:
@@ -290,34 +307,20 @@ def test_a_5_mib_prompt_stays_in_memory(env: Env) -> None:
 @pytest.fixture(scope="module")
 def needle_gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Gateway, dict[str, Path]]]:
     """The same rendered gateway in front of `station simulate --gates reference` (it answers needles)."""
-    require_nix()
-    tree = require_tree("NIXOS_TREE", "nixos/lib/eval-config.nix", "the raw gateway tests")
-    if not Path(NGINX).exists():
-        pytest.skip("nginx is not installed: apt-get install nginx (scripts/check installs it)")
     from vllm_station.bench.sim.process import SimProcess
 
-    work = tmp_path_factory.mktemp("gateway-needle")
-    ports = Ports.free()
-    render = start_render(ports, str(tree), ("single",))
-    try:
-        tls = generate_tls(work / "pki", ["llm.example.com", "127.0.0.1"])
-        keys = {name: new_key(name) for name in KEY_NAMES}
-        upstream_key = new_key("station")
-        (work / "station-key").write_text(upstream_key + "\n")
+    with setup(tmp_path_factory, "gateway-needle") as s:
+        (s.work / "station-key").write_text(s.upstream_key + "\n")
         key_files = {}
         for name in ("alice", "ops"):
-            key_files[name] = work / f"{name}.key"
-            key_files[name].write_text(keys[name] + "\n")
+            key_files[name] = s.work / f"{name}.key"
+            key_files[name].write_text(s.keys[name] + "\n")
         sim_args = ["--gates", "reference", "--ttft", "0", "--itl", "0", "--max-model-len", "20000", "--model",
-                    "glm-sim", "--api-key-file", str(work / "station-key"), "--port", str(ports.upstreams["local"])]  # fmt: skip
+                    "glm-sim", "--api-key-file", str(s.work / "station-key"), "--port", str(s.ports.upstreams["local"])]  # fmt: skip
         with SimProcess(sim_args):
-            rendered = finish_render(render)["single"]
-            with Gateway(rendered, work / "gw", ports.gateway_rr, tls, keys, upstream_key) as gw:
+            rendered = finish_render(s.render)["single"]
+            with Gateway(rendered, s.work / "gw", s.ports.gateway_rr, s.tls, s.keys, s.upstream_key) as gw:
                 yield gw, key_files
-    finally:
-        if render.poll() is None:
-            render.kill()
-            render.wait()
 
 
 def _station(gw: Gateway, key_file: Path, *args: str) -> subprocess.CompletedProcess[str]:
