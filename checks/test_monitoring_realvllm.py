@@ -219,7 +219,8 @@ def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
             try:
                 targets = st.api("targets")["activeTargets"]
                 rules = st.api("rules")["groups"]
-                scraped = len(targets) == 2 and all(t["health"] == "up" for t in targets)
+                # the two jobs this stack serves (the station's gateway job has no exporter here)
+                scraped = {t["labels"]["job"] for t in targets if t["health"] == "up"} >= {"vllm-station", "node"}
                 evaluated = rules and all(
                     rule.get("lastEvaluation", "").startswith("20") for g in rules for rule in g["rules"]
                 )
@@ -256,6 +257,8 @@ def _dashboard_names() -> set[str]:
 
 def test_prometheus_scrapes_real_vllm_and_node_exporter(stack: Stack) -> None:
     jobs = {t["labels"]["job"]: t["health"] for t in stack.api("targets")["activeTargets"]}
+    # the gateway's nginx exporter is rendered too (the station has the gateway in front), not run here
+    assert jobs.pop("vllm-station-gateway") in ("unknown", "down")
     assert jobs == {"vllm-station": "up", "node": "up"}
 
 

@@ -157,9 +157,10 @@ let
   am = cfg.alertmanager;
   email = am.receivers.email;
   webhooks = am.receivers.webhook.url;
-  # The SMTP password reaches alertmanager (a DynamicUser) as a systemd credential: never in the store.
-  smtpCredential = "smtp-password";
-  smtpPasswordPath = "/run/credentials/alertmanager.service/${smtpCredential}";
+  # The SMTP password reaches alertmanager through nixpkgs' own `environmentFile` (systemd reads it as
+  # root at start; nixpkgs' start step puts `$VAR`s into the configuration): never in the store, and
+  # nixpkgs' unit is configured through its options, not edited.
+  smtpPasswordVariable = "VLLM_STATION_SMTP_PASSWORD";
   receiverName = "vllm-station";
   alertmanagerConfig = {
     route = {
@@ -188,9 +189,9 @@ let
                 inherit (email) to from smarthost;
                 send_resolved = true;
               }
-              // optionalAttrs (email.authPasswordFile != null) {
+              // optionalAttrs (email.authPasswordEnvironmentFile != null) {
                 auth_username = if email.authUsername != null then email.authUsername else email.from;
-                auth_password_file = smtpPasswordPath;
+                auth_password = "\${${smtpPasswordVariable}}";
               }
             )
           ];
@@ -408,15 +409,17 @@ in
           type = types.nullOr types.str;
           default = null;
           defaultText = literalExpression "from";
-          description = "SMTP user name (null: the `from` address), used with `authPasswordFile`.";
+          description = "SMTP user name (null: the `from` address), used with `authPasswordEnvironmentFile`.";
         };
-        authPasswordFile = mkOption {
+        authPasswordEnvironmentFile = mkOption {
           type = types.nullOr types.str;
           default = null;
-          example = "/run/secrets/smtp-password";
+          example = "/run/secrets/alertmanager-smtp.env";
           description = ''
-            File holding the SMTP password (only the password), read at each start through systemd's
-            `LoadCredential=`: it never enters the Nix store or the configuration (null: no SMTP auth).
+            File holding one line `VLLM_STATION_SMTP_PASSWORD=<the SMTP password>`: nixpkgs' alertmanager
+            unit reads it as its `EnvironmentFile=` at each start (as root, before it drops to its dynamic
+            user), and its start step puts the value into the configuration it runs. The password never
+            enters the Nix store or the rendered configuration (null: no SMTP auth).
           '';
         };
       };
@@ -449,9 +452,12 @@ in
         }
         {
           assertion =
-            email.authPasswordFile == null
-            || (lib.hasPrefix "/" email.authPasswordFile && !lib.hasPrefix builtins.storeDir email.authPasswordFile);
-          message = "services.vllm-station.monitoring.alertmanager.receivers.email.authPasswordFile: must be an absolute path outside the Nix store (e.g. /run/secrets/smtp-password), got ${toString email.authPasswordFile}.";
+            email.authPasswordEnvironmentFile == null
+            || (
+              lib.hasPrefix "/" email.authPasswordEnvironmentFile
+              && !lib.hasPrefix builtins.storeDir email.authPasswordEnvironmentFile
+            );
+          message = "services.vllm-station.monitoring.alertmanager.receivers.email.authPasswordEnvironmentFile: must be an absolute path outside the Nix store (e.g. /run/secrets/alertmanager-smtp.env), got ${toString email.authPasswordEnvironmentFile}.";
         }
         {
           assertion = cfg.watchdog.probeTimeout <= cfg.watchdog.interval;
@@ -496,17 +502,10 @@ in
         listenAddress = mkDefault "127.0.0.1";
         inherit (am) port;
         configuration = alertmanagerConfig;
+        environmentFile = email.authPasswordEnvironmentFile;
       };
       services.prometheus.alertmanagers = [
         { static_configs = target "${amClientHost}:${toString am.port}"; }
-      ];
-    })
-
-    (mkIf (am.enable && email.authPasswordFile != null) {
-      # The one addition to nixpkgs' alertmanager unit: its module has no option for a secret file, and
-      # its DynamicUser cannot read a root-only one. Alertmanager reads `auth_password_file` itself.
-      systemd.services.alertmanager.serviceConfig.LoadCredential = [
-        "${smtpCredential}:${email.authPasswordFile}"
       ];
     })
 

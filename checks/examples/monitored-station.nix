@@ -15,7 +15,8 @@
         to = "oncall@example.com";
         from = "monitored-station@example.com";
         smarthost = "smtp.example.com:587";
-        authPasswordFile = "/run/secrets/smtp-password"; # outside the store, read as a credential
+        # `VLLM_STATION_SMTP_PASSWORD=…`, outside the store: nixpkgs' alertmanager unit reads it at start
+        authPasswordEnvironmentFile = "/run/secrets/alertmanager-smtp.env";
       };
     };
   };

@@ -84,8 +84,8 @@ else
         services.vllm-station.monitoring.alertmanager.receivers.email.smarthost = lib.mkForce null;
       };
       password-in-store = variant {
-        services.vllm-station.monitoring.alertmanager.receivers.email.authPasswordFile =
-          lib.mkForce "/nix/store/00000000000000000000000000000000-smtp-password";
+        services.vllm-station.monitoring.alertmanager.receivers.email.authPasswordEnvironmentFile =
+          lib.mkForce "/nix/store/00000000000000000000000000000000-smtp.env";
       };
       webhook-only = variant {
         services.vllm-station.monitoring.alertmanager.receivers.email.to = lib.mkForce null;
