@@ -73,7 +73,7 @@ def test_runtime_package_is_made_without_tests(tmp_path: Path) -> None:
     tree = _tree()
     base = _station_tools_copy(tmp_path / "base")
     tests = _station_tools_copy(tmp_path / "tests")
-    test_file = sorted((tests / "tests").glob("test_*.py"))[0]
+    test_file = min((tests / "tests").glob("test_*.py"))
     test_file.write_text(test_file.read_text() + "\n# a changed test\n")
     src = _station_tools_copy(tmp_path / "src")
     init = src / "src" / "vllm_station" / "__init__.py"
