@@ -1,4 +1,5 @@
-# The flake's `checks.<system>`: the package (its pytest suite runs in the build), the module tests,
+# The flake's `checks.<system>`: the package, its pytest suite (`passthru.tests.pytest`: the runtime
+# package's source holds no tests, so a changed test rebuilds no unit's `station`), the module tests,
 # the example stations as whole NixOS systems, and the VM tests. `nix flake check` in CI with KVM runs
 # them all; here (offline) scripts/check evaluates the same files through checks/lib, checks/nixos
 # and checks/vm.
@@ -30,6 +31,7 @@ let
 in
 {
   package = self.packages.${system}.default;
+  package-tests = self.packages.${system}.default.passthru.tests.pytest;
   module-tests = moduleTestsPassed;
   flash-station = example ./examples/flash-station.nix;
   station-a = example ./examples/station-a.nix;

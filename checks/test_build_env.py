@@ -126,6 +126,15 @@ def test_package_nix_agrees_with_pyproject(inputs: Inputs) -> None:
     assert metadata_problems(inputs) == []
 
 
+def test_runtime_package_holds_no_tests(inputs: Inputs) -> None:
+    """What the units run is built from the sources alone; the suite runs in passthru.tests.pytest."""
+    runtime, check = Path(inputs.raw["runtime"]["src"]), Path(inputs.raw["src"])
+    assert not (runtime / "tests").exists(), f"the runtime package's source holds tests/: {runtime}"
+    assert (check / "tests").is_dir(), f"the check's source lacks tests/: {check}"
+    assert sorted(p.name for p in runtime.iterdir()) == sorted(p.name for p in check.iterdir() if p.name != "tests")
+    assert not inputs.raw["runtime"]["doCheck"], "the runtime package runs a suite it does not hold"
+
+
 def test_package_installs_from_src_and_imports(build: Build) -> None:
     """pythonImportsCheck, every module, pythonRuntimeDepsCheckHook and the wrapped `station`."""
     imports = build.inputs.raw["pythonImportsCheck"]

@@ -115,10 +115,10 @@ def test_git_sees_no_fetched_tree() -> None:
 
 @pytest.mark.nix_flake
 def test_flake_checks_cover_every_tier() -> None:
-    """`checks.<system>` holds the package, the module tests, the examples and the VM tests."""
+    """`checks.<system>` holds the package, its suite, the module tests, the examples and the VM tests."""
     lib = require_tree("NIXPKGS_LIB", "lib/default.nix", "flake checks listing against nixpkgs lib")
     names = json.loads(_flake_eval(str(lib), "checks.x86_64-linux", apply="builtins.attrNames"))
-    assert set(names) == {"package", "module-tests", "flash-station", "station-a", "station-b", "vm-serve", "vm-pair"}
+    assert set(names) == {"package", "package-tests", "module-tests", "flash-station", "station-a", "station-b", "vm-serve", "vm-pair"}
 
 
 @pytest.mark.nix_flake
@@ -127,6 +127,14 @@ def test_flake_module_tests_check_passes() -> None:
     tree = require_tree("NIXOS_TREE", "nixos/lib/eval-config.nix", "flake module-tests check")
     drv = json.loads(_flake_eval(str(tree), "checks.x86_64-linux.module-tests.drvPath"))
     assert drv.endswith("-vllm-station-module-tests.drv")
+
+
+@pytest.mark.nix_flake
+def test_flake_package_tests_check_instantiates() -> None:
+    """The suite is its own check (the runtime package's source holds no tests/)."""
+    tree = require_tree("NIXOS_TREE", "nixos/lib/eval-config.nix", "flake package-tests check")
+    drv = json.loads(_flake_eval(str(tree), "checks.x86_64-linux.package-tests.drvPath"))
+    assert drv.endswith(f"-vllm-station-tests-{PYPROJECT['project']['version']}.drv"), drv
 
 
 # ---- every nixosConfigurations output: no vLLM port reachable from another host but over TLS from a gateway ----

@@ -3,9 +3,12 @@
 # serving unit, judged by the thresholds (docs/golive.md). Off by default: it loads the GPU for minutes.
 #
 # The unit starts after `vllm-station.service` is up (its start includes wait-ready) and is wanted by
-# multi-user.target. It stays active after a pass (RemainAfterExit), so a switch reruns it only when what
-# is served changed: the rendered vLLM flags, the image and the checkpoint revision are its restart
-# triggers (through the config file it reads). A switch waits for it and reports it failed on a no-go.
+# multi-user.target. It stays active after a pass (RemainAfterExit), so a switch reruns it only when its
+# text changes: when what is served changed (`serve.served`: the image, the vLLM flags, the model and its
+# revision, the environment, the devices — its restart triggers, with the config file it reads) or its
+# own settings did. Not when only the `station` tools changed: it runs them through the same stable link
+# as the serving unit (contract.stationAt; serve.nix's header says why), and the next run uses the new
+# ones. A switch waits for it and reports it failed on a no-go.
 # This module reads the serving options; it never edits `systemd.services.vllm-station`.
 {
   config,
@@ -64,7 +67,8 @@ let
   };
   settingsText = builtins.toJSON settings;
 
-  station = lib.getExe top.package;
+  # The stable link, not the package's store path: a new package must not re-run the gates.
+  station = contract.stationAt;
   # `%d` (the credentials directory) is systemd's to expand: appended unescaped (escaping doubles it).
   execStart =
     utils.escapeSystemdExecArgs (
@@ -192,8 +196,11 @@ in
       wantedBy = [ "multi-user.target" ];
       wants = [ "${contract.unit}.service" ];
       after = [ "${contract.unit}.service" ];
-      # What is served changed: run the gates again.
-      restartTriggers = [ settingsText ];
+      # What is served changed (or what the run checks): run the gates again.
+      restartTriggers = [
+        settingsText
+        serve.served
+      ];
       environment.MPLCONFIGDIR = "${cacheDir}/matplotlib";
       serviceConfig =
         hardening.for [ ]

@@ -47,7 +47,10 @@ let
   serve = top.serve;
   contract = import ./lib/contract.nix;
   hardening = import ./lib/hardening.nix;
-  station = lib.getExe top.package;
+  # The beacon runs `station` through the serving unit's stable link (contract.stationAt; serve.nix's
+  # header), not the store path: a new package would restart it on switch, and the worker's beacon,
+  # stopped while its serving unit is active, waits `headStopWaitSeconds` for a head that keeps running.
+  station = contract.stationAt;
 
   isHead = cfg.role == "head";
   expectedRank = if isHead then 0 else 1;

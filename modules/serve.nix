@@ -20,6 +20,20 @@
 # before every start. The container is started by this unit directly, not through
 # `virtualisation.oci-containers`: that module adds `--rm` (which would delete the crashed
 # container's logs before prestart can save them) and its own restart policy.
+#
+# What `nixos-rebuild switch` restarts (docs/serve.md has the table). Switch restarts a unit whose
+# text (or X-Restart-Triggers) changed. Every served parameter is in this unit's text — the image
+# digest, the vLLM flags and the model in ExecStart, the revision in step 1, the environment (`--env`
+# or Environment=), the devices, the pair's file through `inputs.restartTriggers` — so changing one
+# restarts the engine. The `station` tools are not: every step runs them as
+# /run/vllm-station-tools/bin/station (contract.stationAt), a link to services.vllm-station.package
+# that this module declares as a systemd-tmpfiles `L+` rule. A new package changes the rule, not this
+# unit; switch re-applies tmpfiles (systemd-tmpfiles-resetup, restarted with sysinit-reactivation.target
+# before any unit starts), so the engine keeps serving and its next start runs the new tools. Why not
+# the package's store path: it changes with any change to the tools, and a restart costs ~7 minutes of
+# loading, the requests in flight, one of the 3 starts an hour and a golive run. Why not
+# /run/current-system/sw/bin: any other package there may provide a `station` too (system-path ignores
+# collisions); this link names exactly the configured package.
 {
   config,
   lib,
@@ -43,7 +57,9 @@ let
 
   cfg = config.services.vllm-station.serve;
   inputs = cfg.inputs;
-  station = lib.getExe config.services.vllm-station.package;
+  # The stable link, not the store path (see the header): the package changes no unit text.
+  station = contract.stationAt;
+  toolsPackage = config.services.vllm-station.package;
   presets = import ./presets;
   checkedWith = import ./presets/checked-with.nix;
   contract = import ./lib/contract.nix;
@@ -115,6 +131,14 @@ let
     VLLM_NO_USAGE_STATS = "1";
   };
   serverEnvironment = cacheEnvironment // cfg.environment;
+  # The unit's own environment: the server's when it runs natively.
+  unitEnvironment =
+    if isContainer then
+      optionalAttrs (cfg.runtime == "docker") {
+        DOCKER_CONFIG = "/run/${name}/docker"; # no client config in /root (ProtectHome)
+      }
+    else
+      serverEnvironment;
 
   optionalFlag = flag: value: optionals (value != null) [ flag (toString value) ];
   boolFlag =
@@ -864,6 +888,25 @@ in
       restartTriggers = input (types.listOf types.str) [ ] "Contents whose change restarts the unit on switch (pair.nix: pair.env).";
     };
 
+    served = mkOption {
+      type = types.str;
+      readOnly = true;
+      internal = true;
+      default = builtins.toJSON {
+        start = startCommand;
+        inherit (inputs) restartTriggers;
+        environment = unitEnvironment;
+        environmentFiles = unitEnvironmentFiles;
+        revision = inputs.checkpoint.revision;
+      };
+      defaultText = literalExpression "the start command, the unit's environment and restart triggers, the revision";
+      description = ''
+        What the engine serves, as text: the start command (image, vLLM flags, model, the container's
+        environment and devices), the unit's environment, its restart triggers and the checkpoint's
+        revision. Never the `station` tools. golive re-runs when it changes.
+      '';
+    };
+
     vllmArgs = mkOption {
       type = types.listOf types.str;
       readOnly = true;
@@ -966,7 +1009,9 @@ in
 
       networking.firewall.allowedTCPPorts = lib.mkIf (cfg.openFirewall && !cfg.headless) [ cfg.port ];
 
-      environment.systemPackages = [ config.services.vllm-station.package ];
+      environment.systemPackages = [ toolsPackage ];
+      # The link every step of the start sequence runs `station` through (see the header).
+      systemd.tmpfiles.rules = [ "L+ ${contract.toolsLink} - - - - ${toolsPackage}" ];
 
       services.vllm-station.serve.preflight.settings = lib.mapAttrs (_: lib.mkDefault) {
         inherit (cfg)
@@ -1011,13 +1056,7 @@ in
         startLimitIntervalSec = 3600;
         inherit (inputs) restartTriggers;
 
-        environment =
-          if isContainer then
-            optionalAttrs (cfg.runtime == "docker") {
-              DOCKER_CONFIG = "/run/${name}/docker"; # no client config in /root (ProtectHome)
-            }
-          else
-            serverEnvironment;
+        environment = unitEnvironment;
 
         serviceConfig =
           sandbox

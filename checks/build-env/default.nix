@@ -1,6 +1,7 @@
 # The package's inputs as `buildPythonApplication` receives them (tier build_env): what
-# checks/test_build_env.py turns into a venv and a pytestCheckHook-like run. Builds nothing; evaluate
-# with --read-write-mode so `src` (a lib.fileset source) is copied to the store.
+# checks/test_build_env.py turns into a venv and a pytestCheckHook-like run. That run is the package's
+# check, `passthru.tests.pytest` (the runtime package's source holds no tests/; package.nix says why).
+# Builds nothing; evaluate with --read-write-mode so `src` (a lib.fileset source) is copied to the store.
 #
 #   nix-instantiate --eval --strict --json --read-write-mode checks/build-env \
 #     --argstr nixosTree "$NIXOS_TREE" --argstr package "$PWD/pkgs/station-tools/package.nix"
@@ -27,8 +28,9 @@ let
   pnames = map pname;
   keep = lib.filter (drv: !(lib.elem (pname drv) drop));
 
-  # As the flake builds it: pkgs.callPackage (flake.nix, modules/default.nix).
-  built = pkgs.callPackage (/. + package) { };
+  # As the flake builds it: pkgs.callPackage (flake.nix, modules/default.nix); its suite is the check.
+  runtime = pkgs.callPackage (/. + package) { };
+  built = runtime.passthru.tests.pytest;
   pkg =
     if drop == [ ] then
       built
@@ -61,6 +63,11 @@ in
   disabledTests = args.disabledTests or [ ];
   disabledTestPaths = args.disabledTestPaths or [ ];
   # store paths the check environment may name, by what stands in for them on this machine
+  # what the units run: its source (no tests/) and whether it runs a suite itself
+  runtime = {
+    src = "${runtime.src}";
+    doCheck = runtime.doInstallCheck;
+  };
   storeLibs = {
     numactl = "${lib.getLib pkgs.numactl}/lib";
   };

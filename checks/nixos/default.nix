@@ -65,7 +65,7 @@ let
       envFlags = lib.concatLists (
         lib.imap0 (i: a: lib.optional (a == "--env" && i + 1 < lib.length start) (builtins.elemAt start (i + 1))) start
       );
-      station = builtins.unsafeDiscardStringContext (lib.getExe config.services.vllm-station.package);
+      station = "/run/vllm-station-tools/bin/station"; # the stable link (serve.nix), not the store path
       docker = builtins.unsafeDiscardStringContext (lib.getExe' config.virtualisation.docker.package "docker");
       failedAssertions = map (a: a.message) (lib.filter (a: !a.assertion) config.assertions);
     in
@@ -228,7 +228,7 @@ let
         eq "docker" config.virtualisation.docker.enable false
         ++ eq "prestart --runtime" (flagValue "--runtime" (argv (builtins.elemAt (v "ExecStartPre") 1))) "none"
         ++ eq "station exec, then vllm serve" (lib.take 5 start) [
-          (builtins.unsafeDiscardStringContext (lib.getExe config.services.vllm-station.package))
+          "/run/vllm-station-tools/bin/station"
           "exec"
           "--secret-env"
           "VLLM_API_KEY=%d/api-key"

@@ -90,7 +90,9 @@ let
     let
       isHead = role == "head";
       peer = if isHead then workerIp else headIp;
-      station = noContext (lib.getExe config.services.vllm-station.package);
+      # The serving unit's steps and the beacon: the stable link (serve.nix); the download unit: the store path.
+      station = "/run/vllm-station-tools/bin/station";
+      stationPackage = noContext (lib.getExe config.services.vllm-station.package);
       image = config.services.vllm-station.serve.image;
 
       serving = sections (unitText config "vllm-station.service");
@@ -268,7 +270,7 @@ let
         ++ eq "[Unit] StartLimitIntervalSec" (du "StartLimitIntervalSec") [ "3600" ]
         ++ eq "ConditionPathExists" (du "ConditionPathExists") [ "!${stamp}" ]
         ++ eq "ExecStart" (argv (lib.removeSuffix " --token-file %d/hf-token" (builtins.head (dv "ExecStart")))) (
-          [ station ]
+          [ stationPackage ]
           ++ (
             if isHead then
               [

@@ -13,7 +13,8 @@
 #   etc      { "<path under /etc>" = text; } the files those units read (vllm-station/*)
 #   users    [ { name; group; uid?; isSystemUser; } ] the accounts the units run as
 #   groups   [ name ]
-#   tmpfiles [ "d /path mode user group -" ]  the project's tmpfiles.d lines
+#   tmpfiles [ "d /path mode user group -" ]  the project's tmpfiles.d lines (and the `L+` link to the
+#                                            `station` package that the serving unit's steps run)
 #   drvs     [ "/nix/store/….drv" ]          the derivations the texts refer to (their string context):
 #                                            the harness maps each output to what it holds
 {
@@ -87,7 +88,9 @@ let
     if e.text != null then e.text else throw "environment.etc.${name} has no text (a source file): not supported"
   ) etcEntries;
   failed = map (a: a.message) (lib.filter (a: !a.assertion) config.assertions);
-  texts = lib.attrValues units ++ lib.attrValues etc;
+  # the project's tmpfiles lines: directories, and the link the serving unit runs `station` through
+  tmpfiles = lib.filter (lib.hasInfix "vllm-station") config.systemd.tmpfiles.rules;
+  texts = lib.attrValues units ++ lib.attrValues etc ++ tmpfiles;
   context = lib.foldl' (acc: t: acc // builtins.getContext t) { } texts;
   users = lib.mapAttrsToList (name: u: {
     inherit name;
@@ -102,7 +105,7 @@ else
     etc = lib.mapAttrs (_: builtins.unsafeDiscardStringContext) etc;
     inherit users;
     # the project's tmpfiles lines (systemd-tmpfiles --create runs them in the machine)
-    tmpfiles = lib.filter (lib.hasInfix "vllm-station") config.systemd.tmpfiles.rules;
+    tmpfiles = map builtins.unsafeDiscardStringContext tmpfiles;
     groups = lib.attrNames (lib.filterAttrs (name: _: ours name) config.users.groups);
     drvs = lib.attrNames (lib.filterAttrs (_: c: c ? outputs) context);
   }

@@ -175,7 +175,8 @@ class Station:
         self.store = StoreMap(
             work / "store", show_derivations(_nix_stdout, rendered.drvs), station_bin
         )
-        self.store.materialize_texts([*rendered.units.values(), *rendered.etc.values()])
+        # tmpfiles: the `L+` link to the `station` package that the serving unit and golive run
+        self.store.materialize_texts([*rendered.units.values(), *rendered.etc.values(), *rendered.tmpfiles])
         self.machine = Machine(
             name=name,
             work=work / "machine",

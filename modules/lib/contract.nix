@@ -22,6 +22,12 @@ rec {
   logsDir = "/var/log/${unit}";
   etcDir = "/etc/${unit}";
 
+  # The `station` tools as the serving unit and golive run them: a link that serve.nix points at
+  # services.vllm-station.package (systemd-tmpfiles `L+`, re-applied by every switch), so that a new
+  # package changes no unit's text and restarts no engine (serve.nix's header says why and how).
+  toolsLink = "/run/vllm-station-tools";
+  stationAt = "${toolsLink}/bin/station";
+
   # `station preflight --config …`: written by serve.nix from `serve.preflight.settings`.
   preflightConfig = "${etcDir}/preflight.json";
   # The pair's environment: one file for the unit, its container and an operator's shell.

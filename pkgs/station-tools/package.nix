@@ -1,6 +1,11 @@
-# The `station` operator tools as a Python application.
-# Version comes from pyproject.toml; the test suite runs in the build (real-vLLM and Nix tiers skip
-# there with their reasons: no vLLM venv and no Nix inside the build sandbox).
+# The `station` operator tools as a Python application, and their test suite as a separate check.
+# Version comes from pyproject.toml.
+#
+# What the units run is built from the sources alone (pyproject.toml, README.md, src/): a change to
+# tests/ leaves it, and so every unit that names it, as it was. The suite runs in
+# `passthru.tests.pytest`: the same build from the same sources plus tests/, with pytestCheckHook
+# (real-vLLM and Nix tiers skip there with their reasons: no vLLM venv and no Nix inside the build
+# sandbox). The flake's `checks.<system>.station-tools-tests` builds it.
 {
   lib,
   python3Packages,
@@ -9,69 +14,93 @@
 }:
 let
   pyproject = lib.importTOML ./pyproject.toml;
-in
-python3Packages.buildPythonApplication {
-  pname = "vllm-station";
-  inherit (pyproject.project) version;
-  pyproject = true;
+  runtimeFiles = [
+    ./pyproject.toml
+    ./README.md
+    ./src
+  ];
+  source =
+    files:
+    lib.fileset.toSource {
+      root = ./.;
+      fileset = lib.fileset.unions files;
+    };
 
-  src = lib.fileset.toSource {
-    root = ./.;
-    fileset = lib.fileset.unions [
-      ./pyproject.toml
-      ./README.md
-      ./src
-      ./tests
+  station = python3Packages.buildPythonApplication {
+    pname = "vllm-station";
+    inherit (pyproject.project) version;
+    pyproject = true;
+
+    src = source runtimeFiles;
+
+    build-system = [ python3Packages.setuptools ];
+
+    dependencies = with python3Packages; [
+      aiohttp
+      cffi
+      httpx
+      huggingface-hub
+      jsonschema
+      matplotlib
+      nvidia-ml-py
     ];
+
+    # The sources hold no tests: the suite is `passthru.tests.pytest` (below).
+    doCheck = false;
+
+    # Pin libnuma so `station numa-exec`/`download` do not depend on the host's loader path.
+    makeWrapperArgs = [
+      "--set-default"
+      "STATION_LIBNUMA"
+      "${lib.getLib numactl}/lib/libnuma.so.1"
+    ];
+
+    # Runs with or without doCheck (a pre-dist phase).
+    pythonImportsCheck = [ "vllm_station" ];
+
+    passthru.tests.pytest = suite;
+
+    meta = {
+      description = "Operator tools for vLLM on NVIDIA DGX Station GB300: smoke, preflight, download, verify, bench";
+      license = lib.licenses.mit;
+      mainProgram = "station";
+      platforms = lib.platforms.linux;
+    };
   };
 
-  build-system = [ python3Packages.setuptools ];
+  # The same build with tests/ in its source and the suite run by pytestCheckHook against what it
+  # installed (`$out/bin/station` is the wrapped console script, as the units run it).
+  suite = station.overridePythonAttrs (old: {
+    pname = "vllm-station-tests";
+    src = source (runtimeFiles ++ [ ./tests ]);
+    doCheck = true;
 
-  dependencies = with python3Packages; [
-    aiohttp
-    cffi
-    httpx
-    huggingface-hub
-    jsonschema
-    matplotlib
-    nvidia-ml-py
-  ];
+    # The tests write and read real checkpoints with safetensors' numpy API (hence numpy). Both are
+    # check-only: `station verify` parses the documented header format itself, so the runtime closure
+    # holds neither. safetensors' own test suite needs torch (and through it, hundreds of packages):
+    # without `doCheck = false` this check would build or fetch torch just to run our tests.
+    nativeCheckInputs =
+      (with python3Packages; [
+        hypothesis
+        numpy
+        pytestCheckHook
+        pytest-timeout
+        pytest-xdist
+        (safetensors.overridePythonAttrs { doCheck = false; })
+      ])
+      # `station copy`'s tests run a real rsync daemon
+      ++ [ rsync ];
 
-  # The tests write and read real checkpoints with safetensors' numpy API (hence numpy). Both are
-  # check-only: `station verify` parses the documented header format itself, so the runtime closure
-  # holds neither. safetensors' own test suite needs torch (and through it, hundreds of packages):
-  # without `doCheck = false` this package's build would build or fetch torch just to run our tests.
-  nativeCheckInputs =
-    (with python3Packages; [
-      hypothesis
-      numpy
-      pytestCheckHook
-      pytest-timeout
-      pytest-xdist
-      (safetensors.overridePythonAttrs { doCheck = false; })
-    ])
-    # `station copy`'s tests run a real rsync daemon
-    ++ [ rsync ];
+    # tests/test_prestart.py runs the installed (wrapped) `station` console script
+    preCheck = ''
+      export STATION_LIBNUMA=${lib.getLib numactl}/lib/libnuma.so.1
+      export HOME=$TMPDIR
+      export PATH=$out/bin:$PATH
+    '';
 
-  # Pin libnuma so `station numa-exec`/`download` do not depend on the host's loader path.
-  makeWrapperArgs = [
-    "--set-default"
-    "STATION_LIBNUMA"
-    "${lib.getLib numactl}/lib/libnuma.so.1"
-  ];
-  # tests/test_prestart.py runs the installed (wrapped) `station` console script
-  preCheck = ''
-    export STATION_LIBNUMA=${lib.getLib numactl}/lib/libnuma.so.1
-    export HOME=$TMPDIR
-    export PATH=$out/bin:$PATH
-  '';
-
-  pythonImportsCheck = [ "vllm_station" ];
-
-  meta = {
-    description = "Operator tools for vLLM on NVIDIA DGX Station GB300: smoke, preflight, download, verify, bench";
-    license = lib.licenses.mit;
-    mainProgram = "station";
-    platforms = lib.platforms.linux;
-  };
-}
+    passthru = (old.passthru or { }) // {
+      tests = { };
+    };
+  });
+in
+station

@@ -32,7 +32,8 @@ let
   dsc = config: (unitOf config).serviceConfig;
   tokenSuffix = " --token-file %d/hf-token";
   startArgv = config: h.argv (lib.removeSuffix tokenSuffix (dsc config).ExecStart);
-  station = "${h.fake.station}/bin/station";
+  station = "${h.fake.station}/bin/station"; # the download units: the store path (a oneshot)
+  linked = "/run/vllm-station-tools/bin/station"; # the serving unit's steps: the stable link (serve.nix)
 in
 {
   import-enables-nothing = h.check [ ] (
@@ -208,7 +209,7 @@ in
       pre = u.serviceConfig.ExecStartPre;
     in
     h.eq "first ExecStartPre is the stamp gate" (h.argv (builtins.head pre)) [
-      station
+      linked
       "gate"
       "stamp"
       dir
@@ -228,7 +229,7 @@ in
     h.eq "no download unit" (config.systemd.services ? vllm-station-download-glm53) false
     ++ h.lacks "wants no missing unit" (h.unit config).wants "vllm-station-download-glm53.service"
     ++ h.eq "the gate still runs, without a revision" (h.argv (builtins.head (h.unit config).serviceConfig.ExecStartPre)) [
-      station
+      linked
       "gate"
       "stamp"
       dir
@@ -248,7 +249,7 @@ in
   ] (
     config:
     h.eq "stamp gate still first" (lib.take 4 (h.argv (builtins.head (h.unit config).serviceConfig.ExecStartPre))) [
-      station
+      linked
       "gate"
       "stamp"
       "/srv/models/x"

@@ -22,7 +22,7 @@ let
     builtins.fromJSON (
       builtins.unsafeDiscardStringContext config.environment.etc."vllm-station/golive.json".text
     );
-  station = "${h.fake.station}/bin/station";
+  station = "/run/vllm-station-tools/bin/station"; # the stable link (serve.nix), not the store path
   keySuffix = " --api-key-file %d/api-key";
 in
 {
@@ -68,9 +68,34 @@ in
     ++ h.eq "reports into the state directory" s.outDir "/var/lib/vllm-station-golive"
     ++ h.eq "needle calibration kept in the cache directory" s.needle.calibrationCache "/var/cache/vllm-station-golive/needle-calibration.json"
     ++ h.eq "bench levels" s.bench.concurrency [ 1 32 ]
-    ++ h.eq "restart trigger: the config itself" (unitOf config).restartTriggers [
+    ++ h.eq "restart triggers: the config itself, and what is served" (unitOf config).restartTriggers [
       config.environment.etc."vllm-station/golive.json".text
+      config.services.vllm-station.serve.served
     ]
+  );
+
+  # Served but not in golive.json: the engine's environment. The gates run again.
+  environment-change-changes-the-trigger = h.check on (
+    config:
+    let
+      other = (h.eval (with' on { services.vllm-station.serve.environment.NCCL_DEBUG = "INFO"; })).config;
+    in
+    h.ok "an environment variable changes the restart triggers" (
+      (unitOf config).restartTriggers != (unitOf other).restartTriggers
+    )
+  );
+
+  # A new `station` package re-runs nothing: the unit runs it through the stable link.
+  tools-change-reruns-nothing = h.check on (
+    config:
+    let
+      changed = h.fake.station // {
+        outPath = "/nix/store/11111111111111111111111111111111-vllm-station-0.2.0";
+      };
+      other = (h.eval (with' on { services.vllm-station.package = changed; })).config;
+    in
+    h.eq "ExecStart" (sc other).ExecStart (sc config).ExecStart
+    ++ h.eq "restartTriggers" (unitOf other).restartTriggers (unitOf config).restartTriggers
   );
 
   # A different served configuration is a different trigger: the switch reruns the gates.

@@ -30,7 +30,7 @@ let
     extra
   ];
 
-  stationExe = "${h.fake.station}/bin/station";
+  stationExe = "/run/vllm-station-tools/bin/station";
   sc = config: (h.unit config).serviceConfig;
   start = config: h.argv (sc config).ExecStart;
   vllmArgs = config: config.services.vllm-station.serve.vllmArgs;
@@ -342,7 +342,7 @@ in
     ]
     ++ h.ok "weights-check privileged (+): it reads the journal" (lib.hasPrefix "+" (lib.last post))
     ++ h.eq "nccl-check argv" (h.argv (builtins.elemAt post 1)) [
-      "${h.fake.station}/bin/station"
+      "/run/vllm-station-tools/bin/station"
       "nccl-check"
       "--unit"
       "vllm-station.service"

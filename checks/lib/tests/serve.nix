@@ -110,7 +110,7 @@ in
     ++ h.eq "one ExecStartPre" (lib.length s.ExecStartPre) 1
     ++ h.ok "ExecStartPre is privileged (+)" (lib.hasPrefix "+" (builtins.head s.ExecStartPre))
     ++ h.eq "prestart argv" (prestart config) [
-      "${h.fake.station}/bin/station"
+      "/run/vllm-station-tools/bin/station"
       "prestart"
       "--gpu-node"
       "1"
@@ -128,7 +128,7 @@ in
       "20"
     ]
     ++ h.eq "wait-ready argv" (waitReady config) [
-      "${h.fake.station}/bin/station"
+      "/run/vllm-station-tools/bin/station"
       "wait-ready"
       "--base-url"
       "http://127.0.0.1:8000"
@@ -169,6 +169,24 @@ in
     ++ h.contains "after docker" unit.after "docker.service"
     ++ h.contains "requires docker" unit.requires "docker.service"
     ++ h.contains "station on PATH" config.environment.systemPackages h.fake.station
+  );
+
+  # A new `station` package is a new link target, not a new unit: switch does not restart the engine.
+  tools-through-the-stable-link = h.check [ flash ] (
+    config:
+    let
+      execLines = s: lib.concatLists (map (k: lib.toList (s.${k} or [ ])) [ "ExecStartPre" "ExecStart" "ExecStartPost" "ExecStop" ]);
+      changed = h.fake.station // {
+        outPath = "/nix/store/11111111111111111111111111111111-vllm-station-0.2.0";
+      };
+      other = (h.eval [ flash { services.vllm-station.package = changed; } ]).config;
+    in
+    h.eq "the link, to the configured package" config.systemd.tmpfiles.rules [
+      "L+ /run/vllm-station-tools - - - - ${h.fake.station}"
+    ]
+    ++ h.eq "the link follows the package" other.systemd.tmpfiles.rules [ "L+ /run/vllm-station-tools - - - - ${changed}" ]
+    ++ h.eq "no Exec line names the package" (lib.filter (lib.hasInfix "${h.fake.station}") (execLines (sc config))) [ ]
+    ++ h.eq "the unit is the same with another package" (sc other) (sc config)
   );
 
   # ---- the preset ----
@@ -322,7 +340,7 @@ in
     in
     h.eq "LoadCredential" s.LoadCredential [ "api-key:/run/secrets/vllm-api-key" ]
     ++ h.eq "station exec puts the credential in the environment, then runs the runtime" (lib.take 6 argv) [
-      "${h.fake.station}/bin/station"
+      "/run/vllm-station-tools/bin/station"
       "exec"
       "--secret-env"
       "VLLM_API_KEY=%d/api-key"
@@ -419,7 +437,7 @@ in
     ]
     ++ h.ok "preflight privileged" (lib.hasPrefix "+" (lib.last pre))
     ++ h.eq "preflight argv" (h.argv (lib.last pre)) [
-      "${h.fake.station}/bin/station"
+      "/run/vllm-station-tools/bin/station"
       "preflight"
       "--config"
       "/etc/vllm-station/preflight.json"
@@ -626,7 +644,7 @@ in
     config:
     h.eq "model" (lib.head config.services.vllm-station.serve.vllmArgs) flashDir
     ++ h.eq "gate first" (lib.take 4 (h.argv (lib.head (sc config).ExecStartPre))) [
-      "${h.fake.station}/bin/station"
+      "/run/vllm-station-tools/bin/station"
       "gate"
       "stamp"
       flashDir

@@ -1,0 +1,91 @@
+"""Tier `nix_nixos`: what `nixos-rebuild switch` restarts, and what the installed `station` is made of.
+
+Switch restarts a unit whose text changed (NixOS's switch-to-configuration compares the unit files;
+`restartTriggers` render into the text as X-Restart-Triggers). checks/nixos/restarts.nix evaluates the
+flagship example with golive, as it is and with one change at a time, against a full nixpkgs tree
+(NIXOS_TREE). A new `station` package must leave the serving unit and golive byte-identical (the engine
+keeps serving; its next start runs the new tools through the link); a change to what is served must not.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from nixenv import REPO, eval_json, flake_snapshot, require_nix, require_tree
+
+pytestmark = pytest.mark.nix_nixos
+
+TREE_VAR = "NIXOS_TREE"
+TREE_MARKER = "nixos/lib/eval-config.nix"
+ENTRY = REPO / "checks" / "nixos" / "restarts.nix"
+TOOLS_LINK = "/run/vllm-station-tools"
+SERVED_CHANGES = ["image", "flag", "revision", "model", "environment", "devices"]
+
+
+def _tree() -> Path:
+    require_nix()
+    return require_tree(TREE_VAR, TREE_MARKER, "switch restart evaluations (checks/nixos/restarts.nix)")
+
+
+@functools.cache
+def _rendered() -> dict[str, dict[str, Any]]:
+    result: dict[str, dict[str, Any]] = eval_json(
+        [str(ENTRY), "--argstr", "nixosTree", str(_tree())], timeout=900
+    )
+    return result
+
+
+def test_new_tools_package_restarts_neither_the_engine_nor_golive() -> None:
+    r = _rendered()
+    before, after = r["as-is"], r["tools"]
+    assert before["package"] != after["package"], "the variant did not change the package"
+    assert after["serving"] == before["serving"], "a new `station` package changes vllm-station.service"
+    assert after["servingTriggers"] == before["servingTriggers"]
+    assert after["golive"] == before["golive"], "a new `station` package re-runs golive"
+    assert after["goliveTriggers"] == before["goliveTriggers"]
+    # ...and the next start runs the new package: the link the units name follows it.
+    for rendered in (before, after):
+        assert rendered["toolsLink"] == [f"L+ {TOOLS_LINK} - - - - {rendered['package']}"]
+        assert f"{TOOLS_LINK}/bin/station" in rendered["serving"]
+        assert rendered["package"] not in rendered["serving"] + rendered["golive"]
+
+
+@pytest.mark.parametrize("change", SERVED_CHANGES)
+def test_served_change_restarts_the_engine_and_reruns_golive(change: str) -> None:
+    r = _rendered()
+    assert r[change]["serving"] != r["as-is"]["serving"], f"a {change} change leaves vllm-station.service as it was"
+    assert r[change]["golive"] != r["as-is"]["golive"], f"a {change} change does not re-run golive"
+
+
+def _station_tools_copy(dest: Path) -> Path:
+    """pkgs/station-tools as a commit would hold it (no venv leftovers), copied to `dest`."""
+    shutil.copytree(flake_snapshot() / "pkgs" / "station-tools", dest)
+    return dest
+
+
+def test_runtime_package_is_made_without_tests(tmp_path: Path) -> None:
+    """A change under tests/ keeps the installed `station`'s store path; one under src/ changes it."""
+    tree = _tree()
+    base = _station_tools_copy(tmp_path / "base")
+    tests = _station_tools_copy(tmp_path / "tests")
+    test_file = min((tests / "tests").glob("test_*.py"))
+    test_file.write_text(test_file.read_text() + "\n# a changed test\n")
+    src = _station_tools_copy(tmp_path / "src")
+    init = src / "src" / "vllm_station" / "__init__.py"
+    init.write_text(init.read_text() + "\n# a changed source\n")
+    expr = (
+        f"let pkgs = import {json.dumps(str(tree))} {{ system = \"x86_64-linux\"; config = {{ }}; overlays = [ ]; }};\n"
+        "    paths = dir: let p = pkgs.callPackage (dir + \"/package.nix\") { }; in\n"
+        "      { runtime = p.outPath; suite = (p.passthru.tests.pytest or p).outPath; };\n"
+        f"in {{ base = paths {base}; tests = paths {tests}; src = paths {src}; }}"
+    )
+    out = eval_json(["--expr", expr], timeout=600)
+    assert out["tests"]["runtime"] == out["base"]["runtime"], "a change under tests/ changes the installed package"
+    assert out["src"]["runtime"] != out["base"]["runtime"], "a change under src/ leaves the package as it was"
+    # The suite still sees the tests: a changed test is a new check to run.
+    assert out["tests"]["suite"] != out["base"]["suite"], "passthru.tests.pytest does not include tests/"
