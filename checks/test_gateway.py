@@ -186,8 +186,8 @@ def test_nginx_conf_balancing_and_streaming_directives(env: Env) -> None:
     rr = env.rendered["round-robin"]["nginxConf"]
     assert "least_conn;" in lc and "least_conn;" not in rr
     assert "hash $http_x_session_id consistent;" in lc
-    # one internal location per limits group: default, batch, bench, limited
-    assert lc.count("proxy_buffering off;") == 4
+    # one internal location per limits group: default, batch, bench, limited, ops (sized for golive)
+    assert lc.count("proxy_buffering off;") == 5
     # retries never `non_idempotent`
     retries = {ln.strip() for ln in lc.splitlines() if "proxy_next_upstream " in ln}
     assert retries == {"proxy_next_upstream error timeout;"}
