@@ -154,16 +154,16 @@ def _amtool() -> str:
     return path
 
 
-def test_amtool_checks_the_rendered_alertmanager_config(r: Rendered, tmp_path: Path) -> None:
+def _amtool_check(config: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
     path = tmp_path / "alertmanager.yml"
-    path.write_text(r.alertmanager_config)
-    proc = subprocess.run(
-        [_amtool(), "check-config", str(path)],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=60,
+    path.write_text(config)
+    return subprocess.run(
+        [_amtool(), "check-config", str(path)], check=False, capture_output=True, text=True, timeout=60
     )
+
+
+def test_amtool_checks_the_rendered_alertmanager_config(r: Rendered, tmp_path: Path) -> None:
+    proc = _amtool_check(r.alertmanager_config, tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "1 receivers" in proc.stdout
     config = json.loads(r.alertmanager_config)
@@ -188,15 +188,7 @@ def test_a_broken_alertmanager_config_fails_amtool(r: Rendered, tmp_path: Path) 
     """The check above can fail: a route to a receiver that does not exist."""
     config = json.loads(r.alertmanager_config)
     config["route"]["receiver"] = "nobody"
-    path = tmp_path / "alertmanager.yml"
-    path.write_text(json.dumps(config))
-    proc = subprocess.run(
-        [_amtool(), "check-config", str(path)],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = _amtool_check(json.dumps(config), tmp_path)
     assert proc.returncode != 0 and "nobody" in proc.stdout + proc.stderr
 
 

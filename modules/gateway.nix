@@ -73,12 +73,6 @@ let
   # nginx writes request headers (both values of a duplicate Authorization, in full) at these levels.
   verboseErrorLog = builtins.match "(.*[[:space:]])?(info|debug)([[:space:]].*)?" nginx.logError != null;
 
-  loopbacks = [
-    "127.0.0.1"
-    "::1"
-    "[::1]"
-    "localhost"
-  ];
   isSecretPath = path: path == null || (lib.hasPrefix "/" path && !lib.hasPrefix builtins.storeDir path);
   validName = name: builtins.match "[A-Za-z0-9_-]{1,64}" name != null;
 
@@ -122,8 +116,7 @@ let
       bracketed = builtins.match "(\\[[^]]*])(:[0-9]+)?" address;
     in
     if bracketed != null then builtins.head bracketed else lib.head (lib.splitString ":" address);
-  isLoopbackHost = host: lib.hasPrefix "127." host || lib.elem host loopbacks;
-  remoteUpstreams = lib.filterAttrs (_: u: !isLoopbackHost (hostOf u.address)) cfg.upstreams;
+  remoteUpstreams = lib.filterAttrs (_: u: !contract.isLoopback (hostOf u.address)) cfg.upstreams;
   localVllm = "${contract.clientHost serve.host}:${toString serve.port}";
   plainLocal = lib.filterAttrs (_: u: serve.enable && u.address == localVllm) cfg.upstreams;
   stationTlsConfig = optionalString cfg.stationTls.enable ''
@@ -756,7 +749,7 @@ in
   config = lib.mkIf cfg.enable {
     assertions = [
       {
-        assertion = !serve.enable || serve.headless || lib.elem serve.host loopbacks;
+        assertion = !serve.enable || serve.headless || contract.isLoopback serve.host;
         message = "services.vllm-station.gateway: vLLM listens on ${serve.host}, where clients can bypass the gateway's keys and limits; set services.vllm-station.serve.host = \"127.0.0.1\".";
       }
       {

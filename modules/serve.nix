@@ -64,14 +64,7 @@ let
   checkedWith = import ./presets/checked-with.nix;
   contract = import ./lib/contract.nix;
 
-  isLoopback =
-    host:
-    lib.elem host [
-      "127.0.0.1"
-      "::1"
-      "[::1]"
-      "localhost"
-    ];
+  inherit (contract) isLoopback;
   # vLLM 0.32's routes outside /v1, which its --api-key does not guard (read from vllm/entrypoints:
   # the API server and its routers; some exist only with dev-mode or pooling models).
   vllmOpenPaths = [

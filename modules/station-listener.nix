@@ -28,7 +28,7 @@ let
   vhost = "vllm-station-listener";
   accessLog = "/var/log/nginx/vllm-station-listener.log";
 
-  isLoopback = host: lib.hasPrefix "127." host || lib.elem host [ "::1" "[::1]" "localhost" ];
+  inherit (contract) isLoopback;
   isIPv6 = a: lib.hasInfix ":" a;
   # An address or a network: the firewall compares sources, it resolves no names.
   isSource =

@@ -15,6 +15,11 @@ rec {
     else
       host;
 
+  # An address only this host reaches: what vLLM listens on unless its exposure is asked for, and how
+  # the gateway and the station listener tell a local station from a remote one.
+  isLoopback =
+    host: builtins.substring 0 4 host == "127." || builtins.elem host [ "::1" "[::1]" "localhost" ];
+
   # The serving unit, and the container it runs (same name).
   unit = "vllm-station";
   stateDir = "/var/lib/${unit}";
