@@ -540,6 +540,7 @@ def _shares(env: Env, gw: Gateway, n: int = 48, concurrency: int = 6) -> Counter
     return Counter(env.upstream_of(e) for e in entries)
 
 
+@pytest.mark.timing
 def test_least_conn_shifts_load_to_fast_stations_round_robin_follows_weights(
     env: Env,
 ) -> None:
@@ -556,8 +557,11 @@ def test_least_conn_shifts_load_to_fast_stations_round_robin_follows_weights(
         12,
         24,
     ]  # weights 1:1:2, whatever the speed
+    # least-conn: the fastest station takes more than its weighted share, the slowest less, and the fastest
+    # more than the middle one (quiet: 25-27 / 11-14 / 9-10). Between station-b and station-c (11-14 against
+    # 9-10 quiet, 11 against 11 on a loaded machine) the weights and the speeds nearly cancel: not asserted.
     assert lc["local"] > rr["local"] and lc["station-c"] < rr["station-c"]
-    assert lc["local"] > lc["station-b"] > lc["station-c"]
+    assert lc["local"] > lc["station-b"]
 
 
 def test_session_affinity_holds_over_100_requests_and_fails_over(env: Env) -> None:
@@ -640,8 +644,11 @@ def test_a_station_killed_mid_run(env: Env) -> None:
             if stats["requests"] - stats["completed"] >= 1:
                 break
             time.sleep(0.01)
-        killed_at.append(time.perf_counter())
         env.ups.kill(victim)
+        # After the kill has returned (the process reaped, its connections reset): a request queued in the
+        # pool that started while the kill was under way could still reach the victim, and on a loaded
+        # machine did, so the boundary is the moment the station is certainly gone.
+        killed_at.append(time.perf_counter())
         futures += [pool.submit(one, i) for i in range(12)]
         for f in futures:
             f.result()

@@ -112,3 +112,53 @@ def test_shared_tiers_are_queued_first(tmp_path: Path) -> None:
     assert len(ids) == 4 * 3 * 4 + 4 * 6
     shared = [i for i, nodeid in enumerate(ids) if "test_vllm_" in nodeid or "test_sys_" in nodeid]
     assert shared == list(range(24)), ids[:30]
+
+
+TIMING_SUITE = textwrap.dedent(
+    """
+    import os, pathlib
+    import pytest
+
+    def runs(name):
+        f = pathlib.Path(os.environ["TIERS_RECORD"]) / name
+        n = int(f.read_text()) + 1 if f.exists() else 1
+        f.write_text(str(n))
+        return n
+
+    @pytest.mark.timing
+    def test_late_once():
+        assert runs("late_once") > 1, "took 0.25 s, bound 0.2 s"
+
+    @pytest.mark.timing
+    def test_always_late():
+        runs("always_late")
+        assert False, "took 9 s, bound 0.2 s"
+
+    def test_untimed_failure():
+        runs("untimed")
+        assert False, "a plain failure"
+    """
+)
+
+
+def test_a_timing_test_gets_one_announced_retry_and_nothing_else_does(tmp_path: Path) -> None:
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "test_timing.py").write_text(TIMING_SUITE)
+    (suite / "pytest.ini").write_text("[pytest]\nmarkers =\n  timing: wall-clock bounds\n")
+    record = tmp_path / "record"
+    record.mkdir()
+    tiers = tmp_path / "tiers.json"
+    run = _pytest(suite, record, "-n", "2", "--dist", "loadgroup", "--tiers-json", str(tiers))
+    out = run.stdout + run.stderr
+    assert run.returncode == 1, out[-3000:]
+    runs = {f.name: int(f.read_text()) for f in record.iterdir()}
+    assert runs == {"late_once": 2, "always_late": 2, "untimed": 1}, runs
+    (unit,) = [e for e in json.loads(tiers.read_text()) if e["tier"] == "unit"]
+    # the retried run's result counts once: a pass after a retry is a pass, two misses are one failure
+    assert (unit["passed"], unit["failed"], unit["status"]) == (1, 2, "FAIL"), unit
+    assert len(unit["retries"]) == 2
+    late_once = next(line for line in unit["retries"] if "test_late_once" in line)
+    assert late_once.startswith("environmental retry: test_timing.py::test_late_once missed a wall-clock")
+    assert "took 0.25 s, bound 0.2 s" in late_once and "load average" in late_once
+    assert "environmental retry: test_timing.py::test_late_once" in run.stdout, "said in the output too"

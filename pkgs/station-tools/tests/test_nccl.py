@@ -379,6 +379,7 @@ def _append_later(path: Path, lines: list[str], delay: float) -> threading.Threa
     return thread
 
 
+@pytest.mark.timing
 def test_wait_on_a_growing_file_returns_when_connected(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -404,6 +405,7 @@ def test_wait_stops_early_on_socket_fallback(tmp_path: Path) -> None:
     thread.join()
 
 
+@pytest.mark.timing
 def test_wait_times_out_pending(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     start = time.monotonic()
     code = main(["nccl-check", "--log", str(DATA / "pending_ib.log"), "--wait", "0.5", "--interval", "0.1"])

@@ -249,6 +249,7 @@ def test_wait_worker_passes_once_the_worker_comes_up(
     assert err.rstrip().endswith(f"vllm-station pair: worker {WORKER} is up (rank 1)")
 
 
+@pytest.mark.timing
 def test_wait_worker_names_a_head_beacon_and_exits_1(
     beacons: list[Beacon], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -274,6 +275,7 @@ def test_wait_worker_names_a_non_beacon_answer(
 
 
 @pytest.mark.parametrize("host", HOSTS)
+@pytest.mark.timing
 def test_wait_worker_nothing_answers_is_exit_3(host: str, capsys: pytest.CaptureFixture[str]) -> None:
     target = url(host, free_port(host))
     code, took = wait_worker(target, timeout=1, worker=host)
@@ -366,6 +368,7 @@ def wait_head_stop(host: str, port: int, timeout: float) -> tuple[int, float]:
 
 
 @pytest.mark.parametrize("host", HOSTS)
+@pytest.mark.timing
 def test_worker_waits_until_the_head_stops(
     fake_systemctl: Path, host: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -388,6 +391,7 @@ def test_worker_waits_until_the_head_stops(
     assert calls == ["show --property=ActiveState --value vllm-station.service"]
 
 
+@pytest.mark.timing
 def test_worker_stops_anyway_at_the_bound(fake_systemctl: Path, capsys: pytest.CaptureFixture[str]) -> None:
     head = Listener(HEAD)
     try:
@@ -403,6 +407,7 @@ def test_worker_stops_anyway_at_the_bound(fake_systemctl: Path, capsys: pytest.C
     ) in err
 
 
+@pytest.mark.timing
 def test_a_timeout_of_zero_probes_once(fake_systemctl: Path, capsys: pytest.CaptureFixture[str]) -> None:
     head = Listener(HEAD)
     try:
@@ -415,6 +420,7 @@ def test_a_timeout_of_zero_probes_once(fake_systemctl: Path, capsys: pytest.Capt
 
 
 @pytest.mark.parametrize("state", ["inactive", "failed", "deactivating", ""])
+@pytest.mark.timing
 def test_a_worker_that_is_not_active_does_not_wait(
     fake_systemctl: Path, state: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -68,6 +68,7 @@ def test_above_threshold_refuses_with_cause_figure_fix(
     assert "refusing the start" in err
 
 
+@pytest.mark.timing
 def test_page_cache_falling_during_settle_passes(gb300: Path, capsys: pytest.CaptureFixture[str]) -> None:
     set_file_pages(gb300, 1, 30)
 

@@ -126,6 +126,7 @@ def test_truncate_drops_the_connection() -> None:
         _chat(s.base_url, stream=True, max_tokens=6)
 
 
+@pytest.mark.timing
 def test_emitted_schedule_is_measured(sim: SimServer) -> None:
     cfg = SimConfig(ttft=0.03, itl=0.01, output_len=6)
     with SimServer(cfg) as s:

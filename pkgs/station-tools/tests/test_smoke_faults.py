@@ -389,6 +389,7 @@ def test_auto_tool_choice_not_enabled(srv: FaultServer, capsys: pytest.CaptureFi
     assert f"HTTP 400 Bad Request: {msg}" in str(checks["tool_call_stream"]["reason"])
 
 
+@pytest.mark.timing
 def test_slow_server_times_out(srv: FaultServer, capsys: pytest.CaptureFixture[str]) -> None:
     srv.route(*CHAT, plain_only(Reply(json=chat_completion(), delay_s=30)))
     code, checks, _ = smoke(capsys, "--base-url", srv.url, "--timeout", "0.5")

@@ -214,6 +214,7 @@ def test_meminfo_without_file_pages_names_the_file(
     assert f"cannot read FilePages of NUMA node 1: {meminfo}: no FilePages line" in err
 
 
+@pytest.mark.timing
 def test_at_the_threshold_after_a_drop_there_is_nothing_to_wait_for(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

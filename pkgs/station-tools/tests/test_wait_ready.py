@@ -65,6 +65,7 @@ def test_real_vllm_wrong_model_gives_up(tools_server: Any, capsys: pytest.Captur
 # ---- in-process servers ----------------------------------------------------------------------------
 
 
+@pytest.mark.timing
 def test_health_ok_but_completions_fail_times_out(capsys: pytest.CaptureFixture[str]) -> None:
     routes = serving_routes()
     routes[("POST", "/v1/completions")] = Reply(status=500, json={"error": {"message": "engine dead"}})

@@ -366,6 +366,7 @@ def test_unit_without_journalctl_names_this_command(
 # --- --wait ----------------------------------------------------------------------------------------------
 
 
+@pytest.mark.timing
 def test_wait_on_a_growing_file_returns_at_the_loading_line(
     ckpt: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

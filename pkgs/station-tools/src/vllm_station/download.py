@@ -189,7 +189,7 @@ def remove_partials(directory: Path) -> int:
 
 
 def _terminate(signum: int, frame: object) -> None:
-    """SIGTERM (systemd stop) → KeyboardInterrupt, so huggingface_hub's cleanup of its partial file runs."""
+    """SIGTERM (systemd stop) → KeyboardInterrupt: the partial file removed (run's handler), exit 130."""
     raise KeyboardInterrupt
 
 
@@ -407,6 +407,9 @@ def run(args: argparse.Namespace) -> int:
                 endpoint=endpoint, etag_timeout=ETAG_TIMEOUT_S,
             )  # fmt: skip
         except KeyboardInterrupt:
+            # huggingface_hub removes its partial file on the way out, unless the signal lands where its
+            # cleanup does not run (seen on a loaded machine): ours runs whatever the timing
+            remove_partials(directory)
             raise
         except OSError as exc:
             if exc.errno == errno.ENOSPC:
