@@ -3,6 +3,8 @@
     data = read_bytes(path, limit=CONFIG_LIMIT)            # raises FileRefused (an OSError)
     text = read_text(path, limit=KEY_LIMIT)                 # UTF-8 (errors="strict" unless told)
     with open_regular(path) as f: ...                       # streamed reads (shards, hashes)
+    obj = read_json(path, limit=CONFIG_LIMIT)              # ... parsed, nested at most MAX_JSON_DEPTH
+    obj = loads_json(text)                                  # JSON from anywhere (a server, an option)
 
 `config.json` that is a symlink to `/dev/zero`, a shard that is a FIFO, a log that never ends: each is
 a `FileRefused` whose `strerror` says what is wrong, so every caller's existing `except OSError`
@@ -10,15 +12,21 @@ reports it like any other unreadable file. Opening uses `O_NONBLOCK` (a FIFO wou
 itself; regular files ignore the flag) and the kind is checked on the open descriptor (`fstat`), so a
 file swapped after a check cannot slip through. A regular file that keeps growing past `limit` while it
 is read (or a procfs file that reports size 0) is refused at `limit` + 1 bytes: memory stays bounded.
+JSON nested deeper than `MAX_JSON_DEPTH` (a RecursionError in the parser, or later in any code that
+walks the value) is a `JsonTooDeep`, a ValueError like any other bad JSON, found before parsing.
 """
 
 from __future__ import annotations
 
 import errno
 import io
+import itertools
+import json
 import os
+import re
 import stat
 from pathlib import Path
+from typing import Any
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -28,6 +36,7 @@ KEY_LIMIT = 64 * KiB  # an API key or token file
 CONFIG_LIMIT = 64 * MiB  # config.json, model.safetensors.index.json, tokenizer/preflight JSON, a stamp
 SYSFS_LIMIT = 4 * MiB  # one /sys or /proc file
 LOG_LIMIT = 256 * MiB  # a saved container log (read whole: nccl-check, weights-check)
+MAX_JSON_DEPTH = 100  # nested arrays/objects: real configs, schemas and answers stay below 20
 
 
 class FileRefused(OSError):
@@ -104,3 +113,40 @@ def read_tail(path: str | os.PathLike[str], *, limit: int) -> tuple[bytes, bool]
     if len(data) > limit:  # grew while read
         data, skipped = data[-limit:], True
     return data, skipped
+
+
+class JsonTooDeep(ValueError):
+    """JSON nested deeper than the limit (a ValueError, so callers' `except ValueError` reports it)."""
+
+
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_DEPTH_STEP = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
+
+
+def json_depth(text: str) -> int:
+    """How deep `text`'s arrays and objects nest (brackets inside strings do not count)."""
+    brackets = "".join(ch for ch in _JSON_STRING.sub("", text) if ch in "[]{}")
+    steps = map(_DEPTH_STEP.__getitem__, map(ord, brackets))
+    return max(itertools.accumulate(steps), default=0)
+
+
+def loads_json(text: str | bytes, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """`json.loads`, refusing JSON nested deeper than `max_depth` (JsonTooDeep) before it is parsed."""
+    if isinstance(text, bytes | bytearray):
+        text = bytes(text).decode("utf-8")
+    opened = text.count("[") + text.count("{")  # an upper bound of the depth: most texts stop here
+    depth = json_depth(text) if opened > max_depth else 0
+    if depth > max_depth:
+        raise JsonTooDeep(f"JSON nested {depth} levels deep, more than the {max_depth} allowed")
+    try:
+        return json.loads(text)
+    except RecursionError:  # a scan that missed something: still a clear error, never a traceback
+        raise JsonTooDeep(f"JSON nested more than the {max_depth} levels allowed") from None
+
+
+def read_json(path: str | os.PathLike[str], *, limit: int = CONFIG_LIMIT) -> Any:
+    """A regular file of at most `limit` bytes, UTF-8 JSON nested at most MAX_JSON_DEPTH deep.
+
+    Raises FileRefused/OSError (unreadable, not a regular file, too large), UnicodeDecodeError or
+    ValueError (not JSON, JsonTooDeep) — each with a message for the operator."""
+    return loads_json(read_text(path, limit=limit))
