@@ -174,7 +174,7 @@ def from_config(
     boolean for a number included, or a value `convert` refuses is a UsageError naming `where` (the key
     and the file)."""
     want = " or ".join(_JSON_TYPE.get(k, k.__name__) for k in kinds)
-    if isinstance(value, bool) and bool not in kinds or not isinstance(value, tuple(kinds)):
+    if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, tuple(kinds)):
         raise UsageError(f"{where}: must be {want}, got {json_type(value)} {value!r}"[:300])
     if isinstance(value, list):
         if not all(isinstance(v, int) and not isinstance(v, bool) for v in value):

@@ -76,6 +76,20 @@ def open_regular(path: str | os.PathLike[str]) -> io.BufferedReader:
         raise
 
 
+def check_regular_or_absent(path: str | os.PathLike[str]) -> None:
+    """A path station will read and later replace (a cache): absent, or a regular file (FileRefused).
+
+    Checked before any work, so `--calibration-cache /dev/zero` is refused at once, not replaced."""
+    p = Path(path)
+    try:
+        info = os.stat(p)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(info.st_mode):
+        kind = _kind(info.st_mode)
+        raise FileRefused(errno.EINVAL, f"it is {kind}, not a regular file", str(p))
+
+
 def _too_large(path: Path, limit: int, size: int | None = None) -> FileRefused:
     have = f"{size:,} bytes" if size is not None else "more than that"
     return FileRefused(errno.EFBIG, f"it is {have}, over the {limit:,}-byte limit for this file", str(path))

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import socket
 import sys
 import time
@@ -33,12 +32,22 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from vllm_station import argtypes
+from vllm_station import argtypes, bounded
 from vllm_station import report as report_mod
 from vllm_station.api import ApiClient, ApiError
 from vllm_station.api.args import Endpoint, add_endpoint_args, endpoint_from_args
 from vllm_station.bench import expect as expect_mod
-from vllm_station.bench.modes import BenchOptions, Count, execute
+from vllm_station.bench.modes import (
+    MAX_CONCURRENCY,
+    MAX_COUNT,
+    MAX_LEVELS,
+    MAX_OUTPUT_LEN,
+    MAX_PER_USER,
+    BenchOptions,
+    Count,
+    check_budgets,
+    execute,
+)
 from vllm_station.bench.report import BenchReport
 from vllm_station.bench.report import to_dict as bench_dict
 from vllm_station.errors import EXIT_FAIL, EXIT_OK, EXIT_UNREACHABLE, Unreachable, UsageError
@@ -78,14 +87,12 @@ class GoliveReport:
     gates: list[GateOutcome] = field(default_factory=list)
 
 
-def _csv_ints(text: str) -> list[int]:
-    try:
-        out = [int(p) for p in text.split(",") if p.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: comma-separated whole numbers, e.g. 1,8,32") from None
-    if not out or min(out) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: positive numbers, e.g. 1,8,32")
-    return out
+# The bench gate's ranges are bench's own (bench.modes); the config file's values go through the same types.
+BENCH_LEVELS = argtypes.int_list(MAX_CONCURRENCY, max_items=MAX_LEVELS)
+BENCH_REQUESTS = argtypes.request_count(lo=1, hi=MAX_COUNT, per_user_hi=MAX_PER_USER)
+BENCH_OUTPUT_LEN = argtypes.count(hi=MAX_OUTPUT_LEN)
+AGENT_REPEATS = argtypes.count(hi=100)
+TIMEOUT = argtypes.seconds(hi=argtypes.DAY)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -111,35 +118,47 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--timeout",
-        type=argtypes.seconds(hi=argtypes.DAY),
+        type=TIMEOUT,
         default=None,
         metavar="S",
         help="per request (default per gate)",
     )
     parser.add_argument(
         "--agent-repeats",
-        type=argtypes.count(hi=100),
+        type=AGENT_REPEATS,
         default=None,
         metavar="K",
         help="agent trials per task (default 1)",
     )
     parser.add_argument(
-        "--needle-lengths", default=None, help="needle prompt lengths (default 25%%,50%%,90%%)"
+        "--needle-lengths",
+        type=needle.lengths_option,
+        default=None,
+        help="needle prompt lengths (default 25%%,50%%,90%%)",
     )
-    parser.add_argument("--needle-depths", default=None, help="needle depths in percent (default 0,50,100)")
+    parser.add_argument(
+        "--needle-depths",
+        type=needle.depths_option,
+        default=None,
+        help="needle depths in percent (default 0,50,100)",
+    )
     parser.add_argument(
         "--bench-concurrency",
-        type=_csv_ints,
+        type=BENCH_LEVELS,
         default=None,
         metavar="LIST",
-        help="sweep levels (default 1,32)",
+        help=f"sweep levels, 1…{MAX_CONCURRENCY} each (default 1,32)",
     )
     parser.add_argument(
-        "--bench-requests", default=None, metavar="N|Nx", help="measured requests per level (default 2x)"
+        "--bench-requests",
+        type=BENCH_REQUESTS,
+        default=None,
+        metavar="N|Nx",
+        help=f"measured requests per level, 1…{MAX_COUNT} or 1x…{MAX_PER_USER}x (default 2x)",
     )
     parser.add_argument(
         "--bench-output-len",
-        type=argtypes.count(hi=1_000_000),
+        type=BENCH_OUTPUT_LEN,
         default=None,
         metavar="N",
         help="tokens per answer (default 256)",
@@ -152,14 +171,63 @@ def _load_config(path: Path | None) -> dict[str, Any]:
     if path is None:
         return {}
     try:
-        obj = json.loads(path.read_text())
+        obj = bounded.read_json(path, limit=bounded.CONFIG_LIMIT)
     except FileNotFoundError:
         raise UsageError(f"--config {path}: not found") from None
-    except (OSError, ValueError) as exc:
+    except OSError as exc:  # not a regular file (/dev/zero, a FIFO, a directory), too large, unreadable
+        raise UsageError(f"--config {path}: cannot read it ({exc.strerror or exc})") from None
+    except ValueError as exc:  # not UTF-8, not JSON, nested too deep
         raise UsageError(f"--config {path}: cannot read it as JSON ({exc})") from None
     if not isinstance(obj, dict):
         raise UsageError(f"--config {path}: expected a JSON object")
     return obj
+
+
+class _Config:
+    """The config file's values, each checked for its type (and range) as it is read: "--config FILE:
+    bench.requests: must be …" — never a traceback for a wrongly typed value."""
+
+    def __init__(self, obj: dict[str, Any], path: Path | None) -> None:
+        self.obj, self.path = obj, path
+
+    def where(self, key: str) -> str:
+        return f"--config {self.path}: {key}"
+
+    def get(self, key: str) -> Any:
+        node: Any = self.obj
+        for part in key.split("."):
+            if node is None:
+                return None
+            if not isinstance(node, dict):
+                raise UsageError(f"{self.where(key.rsplit('.', 1)[0])}: must be an object")
+            node = node.get(part)
+        return node
+
+    def text(self, key: str) -> str | None:
+        v = self.get(key)
+        if v is not None and not isinstance(v, str):
+            raise UsageError(f"{self.where(key)}: must be a string, got {argtypes.json_type(v)}")
+        return v or None
+
+    def texts(self, key: str) -> list[str]:
+        v = self.get(key)
+        if v is None:
+            return []
+        if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+            raise UsageError(f"{self.where(key)}: must be a list of strings")
+        return list(v)
+
+    def number(self, key: str, convert: Any, kinds: tuple[type, ...] = (int,)) -> Any:
+        v = self.get(key)
+        return None if v is None else argtypes.from_config(convert, v, self.where(key), kinds=kinds)
+
+    def mapping(self, key: str) -> dict[str, Any]:
+        v = self.get(key)
+        if v is None:
+            return {}
+        if not isinstance(v, dict):
+            raise UsageError(f"{self.where(key)}: must be an object, got {argtypes.json_type(v)}")
+        return v
 
 
 @dataclass
@@ -182,40 +250,62 @@ class Plan:
 
 
 def make_plan(args: argparse.Namespace, cfg: dict[str, Any]) -> Plan:
-    skip = {s.strip() for s in (args.skip or ",".join(cfg.get("skip") or [])).split(",") if s.strip()}
+    """Every value checked (type and range) before any gate runs: a bad one is exit 2, nothing sent."""
+    c = _Config(cfg, getattr(args, "config", None))
+    skip = {s.strip() for s in (args.skip or ",".join(c.texts("skip"))).split(",") if s.strip()}
     unknown = sorted(skip - set(GATES))
     if unknown:
         raise UsageError(f"--skip {', '.join(unknown)}: the gates are {', '.join(GATES)}")
-    expect = [*(cfg.get("expect") or []), *args.expect]
+    expect = [*c.texts("expect"), *args.expect]
     if ALWAYS_EXPECT not in expect:
         expect.append(ALWAYS_EXPECT)
     expect_mod.parse(expect)  # a bad threshold is a usage error now, not after an hour of gates
-    needle_cfg = cfg.get("needle") or {}
-    bench_cfg = cfg.get("bench") or {}
-    out = args.out or (Path(cfg["outDir"]) if cfg.get("outDir") else None)
+    out_dir = c.text("outDir")
+    cache = c.text("needle.calibrationCache")
+    requests = args.bench_requests or c.number("bench.requests", BENCH_REQUESTS, (str, int)) or "2x"
     plan = Plan(
-        model=args.model or cfg.get("model"),
+        model=args.model or c.text("model"),
         expect=expect,
         skip=skip,
-        timeout=args.timeout or cfg.get("timeout"),
-        agent_repeats=args.agent_repeats or int((cfg.get("agent") or {}).get("repeats", 1)),
-        needle_lengths=args.needle_lengths or needle_cfg.get("lengths") or ",".join(needle.DEFAULT_LENGTHS),
+        timeout=args.timeout or c.number("timeout", TIMEOUT, (int, float)),
+        agent_repeats=args.agent_repeats or c.number("agent.repeats", AGENT_REPEATS) or 1,
+        needle_lengths=args.needle_lengths
+        or c.number("needle.lengths", needle.lengths_option, (str,))
+        or ",".join(needle.DEFAULT_LENGTHS),
         needle_depths=args.needle_depths
-        or needle_cfg.get("depths")
+        or c.number("needle.depths", needle.depths_option, (str,))
         or ",".join(map(str, needle.DEFAULT_DEPTHS)),
-        bench_levels=args.bench_concurrency or list(bench_cfg.get("concurrency") or [1, 32]),
-        bench_requests=args.bench_requests or str(bench_cfg.get("requests") or "2x"),
-        bench_output_len=args.bench_output_len or int(bench_cfg.get("outputLen") or 256),
-        station=dict(cfg.get("station") or {}),
-        out=out,
-        needle_cache=Path(needle_cfg["calibrationCache"]) if needle_cfg.get("calibrationCache") else None,
+        bench_levels=args.bench_concurrency
+        or c.number("bench.concurrency", BENCH_LEVELS, (list,))
+        or [1, 32],
+        bench_requests=requests,
+        bench_output_len=args.bench_output_len or c.number("bench.outputLen", BENCH_OUTPUT_LEN) or 256,
+        station=dict(c.mapping("station")),
+        out=args.out or (Path(out_dir) if out_dir else None),
+        needle_cache=Path(cache) if cache else None,
     )
-    if plan.agent_repeats < 1 or plan.bench_output_len < 1:
-        raise UsageError("--agent-repeats and --bench-output-len must be at least 1")
-    levels = [f"c{c}" for c in plan.bench_levels]
+    if plan.needle_cache is not None:
+        try:
+            bounded.check_regular_or_absent(plan.needle_cache)
+        except OSError as exc:
+            where = c.where("needle.calibrationCache")
+            raise UsageError(f"{where} {plan.needle_cache}: {exc.strerror or exc}") from None
+    levels = [f"c{n}" for n in plan.bench_levels]
     expect_mod.check_levels(expect_mod.parse(plan.expect), levels)
-    Count.parse(plan.bench_requests)
+    if "bench" not in plan.skip:  # what one level holds in memory: bench's own budgets
+        check_budgets(_bench_options(plan, "http://127.0.0.1", None, None, None, quiet=True))
     return plan
+
+
+def _bench_options(
+    plan: Plan, root_url: str, model: str | None, api_key: str | None, ca_file: str | None, *, quiet: bool
+) -> BenchOptions:
+    return BenchOptions(
+        mode="sweep", base_url=root_url, model=model, api_key=api_key, ca_file=ca_file,
+        levels=plan.bench_levels, warmup=Count(1, True), requests=Count.parse(plan.bench_requests),
+        output_len=plan.bench_output_len, timeout=plan.timeout or 600.0, seed=0, progress=not quiet,
+        expectations=expect_mod.parse(plan.expect),
+    )  # fmt: skip
 
 
 def _say(quiet: bool, text: str) -> None:
@@ -225,12 +315,14 @@ def _say(quiet: bool, text: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     cfg = _load_config(args.config)
+    c = _Config(cfg, args.config)
     if args.base_url == FROM_CONFIG:
-        if not cfg.get("baseUrl"):
+        base_url = c.text("baseUrl")
+        if not base_url:
             raise UsageError("give --base-url (or a --config with baseUrl)")
-        args.base_url = cfg["baseUrl"]
-    if args.api_key_file is None and cfg.get("apiKeyFile"):
-        args.api_key_file = cfg["apiKeyFile"]
+        args.base_url = base_url
+    if args.api_key_file is None and c.text("apiKeyFile"):
+        args.api_key_file = c.text("apiKeyFile")
     plan = make_plan(args, cfg)
     ep = endpoint_from_args(args)
     rep, bench = run_golive(ep, plan, quiet=args.quiet)
@@ -366,13 +458,9 @@ def _gates(
         return []
     _say(quiet, "bench …")
     t0 = time.perf_counter()
-    opts = BenchOptions(
-        mode="sweep", base_url=ep.root_url, model=model, api_key=ep.api_key,
-        ca_file=str(ep.ca_file) if ep.ca_file else None, levels=plan.bench_levels, warmup=Count(1, True),
-        requests=Count.parse(plan.bench_requests), output_len=plan.bench_output_len,
-        timeout=plan.timeout or 600.0, seed=0, progress=not quiet,
-        expectations=expect_mod.parse(plan.expect),
-    )  # fmt: skip
+    opts = _bench_options(
+        plan, ep.root_url, model, ep.api_key, str(ep.ca_file) if ep.ca_file else None, quiet=quiet
+    )
     br = asyncio.run(execute(opts))
     missed = [e for e in br.expect if not e.passed]
     summary = "; ".join(e.detail for e in br.expect) if br.expect else f"{br.failures} failures"

@@ -18,7 +18,6 @@ import argparse
 import asyncio
 import logging
 import os
-import re
 import resource
 import secrets
 import sys
@@ -29,7 +28,21 @@ from vllm_station import argtypes
 from vllm_station.api.args import add_endpoint_args, endpoint_from_args
 from vllm_station.bench import dataset, outputs
 from vllm_station.bench import expect as expect_mod
-from vllm_station.bench.modes import DEFAULT_LEVELS, BenchOptions, Count, execute, plan
+from vllm_station.bench.modes import (
+    DEFAULT_LEVELS,
+    MAX_CONCURRENCY,
+    MAX_COUNT,
+    MAX_LEVELS,
+    MAX_OUTPUT_LEN,
+    MAX_PER_USER,
+    MAX_REPEATS,
+    MAX_TOKENS,
+    BenchOptions,
+    Count,
+    check_budgets,
+    execute,
+    plan,
+)
 from vllm_station.bench.report import BenchReport, render_table, to_csv, to_json
 from vllm_station.errors import EXIT_INTERRUPTED, StationError, Unreachable, UsageError
 from vllm_station.redact import redact
@@ -42,74 +55,20 @@ MODE_DEFAULTS = {  # warmup, requests, repeats, output_len
     "prefill": ("1", "3", 1, 1),
 }
 
-# Ranges, checked when the command line is parsed (exit 2 naming the option and the range). They bound
-# what one run holds in memory: every request's prompt is built and serialised before its level starts
-# (about 10 bytes per prompt token), and every streamed answer is kept until its repeat ends (about
-# 340 bytes per token as vLLM streams them; 33 bytes once parsed).
-MAX_CONCURRENCY = 4096  # connections held open at once (also limited by `ulimit -n`)
-MAX_LEVELS = 32
-MAX_TOKENS = 4 * 1024 * 1024  # --lengths, --input-len: 4096k, beyond any served context
-MAX_OUTPUT_LEN = 1024 * 1024
-MAX_REPEATS = 100
-MAX_COUNT = 100_000  # --warmup/--requests N
-MAX_PER_USER = 1000  # --warmup/--requests Nx
+# Ranges and budgets: bench.modes holds them (golive's bench gate is held to the same ones).
 MAX_TIMEOUT = argtypes.DAY
 MAX_SEED = 2**32 - 1
-# Budgets per level, checked once the plan is known (exit 2 naming the options to lower)
-MAX_LEVEL_REQUESTS = 100_000  # warm-up + measured
-MAX_LEVEL_PROMPT_TOKENS = 2**25  # prompt tokens built for one level: ~340 MB
-MAX_REPEAT_OUTPUT_TOKENS = 2**21  # tokens streamed in one repeat: ~700 MB before parsing
-
-
-_INT = re.compile(r"[-+]?[0-9]{1,15}")
 
 
 def _int_list(hi: int, *, k: bool) -> Callable[[str], list[int]]:
     """`1,8,32` (or with `k`: `8k,32k` = ×1024): 1…hi each, at most MAX_LEVELS of them."""
-    top = f"{hi // 1024}k" if k and hi % 1024 == 0 else f"{hi:,}"
-    eg = "8k,32k" if k else "1,8,32"
-
-    def conv(text: str) -> list[int]:
-        out: list[int] = []
-        for part in text.split(","):
-            p = part.strip().lower()
-            if not p:
-                continue
-            mult = 1024 if k and p.endswith("k") else 1
-            digits = p[:-1] if mult > 1 else p
-            if not _INT.fullmatch(digits) or not 1 <= int(digits) * mult <= hi:
-                raise argparse.ArgumentTypeError(
-                    f"must be whole numbers from 1 to {top} (e.g. {eg}), got {part.strip()!r}"
-                )
-            out.append(int(digits) * mult)
-        if not out:
-            raise argparse.ArgumentTypeError(
-                f"must be whole numbers from 1 to {top} (e.g. {eg}), got {text!r}"
-            )
-        if len(out) > MAX_LEVELS:
-            raise argparse.ArgumentTypeError(f"must be at most {MAX_LEVELS} values, got {len(out)}")
-        return out
-
-    return conv
+    return argtypes.int_list(hi, k=k, max_items=MAX_LEVELS)
 
 
 def _count(lo: int) -> Callable[[str], str]:
     """`N` (lo…MAX_COUNT) or `Nx` (× concurrency, lo…MAX_PER_USER); the checked text (options() makes
     it a `Count`)."""
-
-    def conv(text: str) -> str:
-        t = text.strip().lower()
-        per_user = t.endswith("x")
-        digits = t[:-1] if per_user else t
-        hi = MAX_PER_USER if per_user else MAX_COUNT
-        if not _INT.fullmatch(digits) or not lo <= int(digits) <= hi:
-            raise argparse.ArgumentTypeError(
-                f"must be a count from {lo} to {MAX_COUNT:,}, or {lo}x to {MAX_PER_USER:,}x (× concurrency), "
-                f"got {text!r}"
-            )
-        return f"{int(digits)}{'x' if per_user else ''}"
-
-    return conv
+    return argtypes.request_count(lo=lo, hi=MAX_COUNT, per_user_hi=MAX_PER_USER)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -242,25 +201,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def _check_budgets(opts: BenchOptions) -> None:
     """What one level holds in memory, from the plan: a usage error naming the options to lower."""
-    for lv in plan(opts):
-        n = lv.warmup + lv.per_repeat * opts.repeats
-        if n > MAX_LEVEL_REQUESTS:
-            raise UsageError(
-                f"{lv.name}: {n:,} requests (warm-up + --requests × --repeats); at most "
-                f"{MAX_LEVEL_REQUESTS:,} per level: lower --warmup, --requests or --repeats"
-            )
-        if lv.prompt_tokens is not None and n * lv.prompt_tokens > MAX_LEVEL_PROMPT_TOKENS:
-            what = "--lengths" if opts.mode == "prefill" else "--input-len"
-            raise UsageError(
-                f"{lv.name}: {n:,} prompts × {lv.prompt_tokens:,} tokens is more than "
-                f"{MAX_LEVEL_PROMPT_TOKENS:,} prompt tokens per level: lower {what}, --warmup, --requests "
-                "or --repeats"
-            )
-        if lv.per_repeat * lv.output_tokens > MAX_REPEAT_OUTPUT_TOKENS:
-            raise UsageError(
-                f"{lv.name}: {lv.per_repeat:,} requests × {lv.output_tokens:,} output tokens in one repeat "
-                f"is more than {MAX_REPEAT_OUTPUT_TOKENS:,}: lower --output-len or --requests"
-            )
+    check_budgets(opts)
 
 
 def _check_connections(max_concurrency: int) -> None:

@@ -27,6 +27,7 @@ from typing import Any
 
 import aiohttp
 
+from vllm_station import argtypes
 from vllm_station.api.client import STATUS_HINTS
 from vllm_station.api.sse import excerpt
 from vllm_station.bench import expect as expect_mod
@@ -61,8 +62,8 @@ class Count:
         t = text.strip().lower()
         try:
             if t.endswith("x"):
-                return cls(int(t[:-1]), True)
-            return cls(int(t), False)
+                return cls(argtypes.parse_int(t[:-1]), True)
+            return cls(argtypes.parse_int(t), False)
         except ValueError:
             raise UsageError(
                 f"{text!r} is not a request count (e.g. 40, or 3x for 3 × concurrency)"
@@ -272,6 +273,46 @@ class _Level:
     warmup: int
     per_repeat: int
     burst: bool
+
+
+# Ranges, checked when the command line (or golive's config) is parsed: exit 2 naming the option and the
+# range. They bound what one run holds in memory: every request's prompt is built and serialised before
+# its level starts (about 10 bytes per prompt token), and every streamed answer is kept until its repeat
+# ends (about 340 bytes per token as vLLM streams them; 33 bytes once parsed).
+MAX_CONCURRENCY = 4096  # connections held open at once (also limited by `ulimit -n`)
+MAX_LEVELS = 32
+MAX_TOKENS = 4 * 1024 * 1024  # --lengths, --input-len: 4096k, beyond any served context
+MAX_OUTPUT_LEN = 1024 * 1024
+MAX_REPEATS = 100
+MAX_COUNT = 100_000  # --warmup/--requests N
+MAX_PER_USER = 1000  # --warmup/--requests Nx
+# Budgets per level, checked once the plan is known (exit 2 naming the options to lower)
+MAX_LEVEL_REQUESTS = 100_000  # warm-up + measured
+MAX_LEVEL_PROMPT_TOKENS = 2**25  # prompt tokens built for one level: ~340 MB
+MAX_REPEAT_OUTPUT_TOKENS = 2**21  # tokens streamed in one repeat: ~700 MB before parsing
+
+
+def check_budgets(opts: BenchOptions) -> None:
+    """What one level holds in memory, from the plan: a usage error naming the options to lower."""
+    for lv in plan(opts):
+        n = lv.warmup + lv.per_repeat * opts.repeats
+        if n > MAX_LEVEL_REQUESTS:
+            raise UsageError(
+                f"{lv.name}: {n:,} requests (warm-up + --requests × --repeats); at most "
+                f"{MAX_LEVEL_REQUESTS:,} per level: lower --warmup, --requests or --repeats"
+            )
+        if lv.prompt_tokens is not None and n * lv.prompt_tokens > MAX_LEVEL_PROMPT_TOKENS:
+            what = "--lengths" if opts.mode == "prefill" else "--input-len"
+            raise UsageError(
+                f"{lv.name}: {n:,} prompts × {lv.prompt_tokens:,} tokens is more than "
+                f"{MAX_LEVEL_PROMPT_TOKENS:,} prompt tokens per level: lower {what}, --warmup, --requests "
+                "or --repeats"
+            )
+        if lv.per_repeat * lv.output_tokens > MAX_REPEAT_OUTPUT_TOKENS:
+            raise UsageError(
+                f"{lv.name}: {lv.per_repeat:,} requests × {lv.output_tokens:,} output tokens in one repeat "
+                f"is more than {MAX_REPEAT_OUTPUT_TOKENS:,}: lower --output-len or --requests"
+            )
 
 
 def plan(opts: BenchOptions) -> list[_Level]:

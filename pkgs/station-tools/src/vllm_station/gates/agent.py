@@ -34,7 +34,7 @@ from typing import Any
 from vllm_station.api import ApiClient
 from vllm_station.errors import UsageError
 from vllm_station.gates import classes as C
-from vllm_station.gates.cases import BUILTIN, ExpectedCall, data_dir, read_json
+from vllm_station.gates.cases import BUILTIN, ExpectedCall, data_dir, read_json, user_files
 from vllm_station.gates.checker import Answer, Problem, leak_check, stream_check, text_check
 from vllm_station.gates.common import Progress, Sampling, ask_plain, ask_stream
 from vllm_station.gates.env import DOMAINS, TOOLS, Environment, state_diff
@@ -73,14 +73,7 @@ def load_agent_tasks(extra: Iterable[Path] = (), *, builtin: bool = True) -> lis
         files += sorted(
             ((p, f"{BUILTIN}:{p.name}") for p in d.iterdir() if p.name.endswith(".json")), key=lambda x: x[1]
         )
-    for p in extra:
-        if p.is_dir():
-            found = sorted(f for f in p.iterdir() if f.suffix == ".json")
-            if not found:
-                raise UsageError(f"--tasks {p}: no *.json files in this directory")
-            files += [(f, str(f)) for f in found]
-        else:
-            files.append((p, str(p)))
+    files += user_files(extra, "--tasks")
     tasks: list[AgentTask] = []
     seen: dict[str, str] = {}
     for path, label in files:

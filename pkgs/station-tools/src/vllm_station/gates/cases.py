@@ -37,6 +37,7 @@ from typing import Any
 
 import jsonschema
 
+from vllm_station import bounded
 from vllm_station.errors import UsageError
 from vllm_station.gates.match import contains_fact, example, is_matcher, matches
 
@@ -102,7 +103,10 @@ def data_dir() -> Any:
 
 def read_json(path: Any, label: str) -> dict[str, Any]:
     try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(path, Path):  # a user's file: regular, bounded, nested at most MAX_JSON_DEPTH
+            obj = bounded.read_json(path, limit=bounded.CONFIG_LIMIT)
+        else:  # the shipped data (importlib.resources)
+            obj = bounded.loads_json(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise UsageError(f"{label}: not found") from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -133,13 +137,18 @@ def _builtin_files() -> list[tuple[Any, str]]:
     )
 
 
-def _user_files(paths: Iterable[Path]) -> list[tuple[Any, str]]:
+def user_files(paths: Iterable[Path], option: str = "--cases") -> list[tuple[Any, str]]:
+    """(path, label) of every user file: a file as given, a directory's *.json (read_json refuses what
+    is not a regular file)."""
     out: list[tuple[Any, str]] = []
     for p in paths:
         if p.is_dir():
-            files = sorted(f for f in p.iterdir() if f.suffix == ".json")
+            try:
+                files = sorted(f for f in p.iterdir() if f.suffix == ".json")
+            except OSError as exc:
+                raise UsageError(f"{option} {p}: cannot list it ({exc.strerror or exc})") from None
             if not files:
-                raise UsageError(f"--cases {p}: no *.json files in this directory")
+                raise UsageError(f"{option} {p}: no *.json files in this directory")
             out += [(f, str(f)) for f in files]
         else:
             out.append((p, str(p)))
@@ -149,7 +158,7 @@ def _user_files(paths: Iterable[Path]) -> list[tuple[Any, str]]:
 def load_tool_cases(extra: Iterable[Path] = (), *, builtin: bool = True) -> list[ToolCase]:
     """The battery: the shipped category files (unless `builtin` is False) and the files in `extra`."""
     library = tool_library()
-    files = (_builtin_files() if builtin else []) + _user_files(extra)
+    files = (_builtin_files() if builtin else []) + user_files(extra)
     cases: list[ToolCase] = []
     seen_ids: dict[str, str] = {}
     seen_prompts: dict[str, str] = {}

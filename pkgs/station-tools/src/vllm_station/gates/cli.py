@@ -19,20 +19,20 @@ import json
 from pathlib import Path
 from typing import Any
 
-from vllm_station import argtypes, report
+from vllm_station import argtypes, bounded, report
 from vllm_station.api.args import add_endpoint_args, endpoint_from_args
 from vllm_station.errors import EXIT_FAIL, EXIT_OK, UsageError
 from vllm_station.gates.agent import DEFAULT_MAX_TURNS, load_agent_tasks
 from vllm_station.gates.cases import ToolCase, load_tool_cases
-from vllm_station.gates.common import Sampling, max_model_len, resolve_model
-from vllm_station.gates.needle import DEFAULT_DEPTHS, DEFAULT_LENGTHS, VARIANTS
+from vllm_station.gates.common import MAX_CONTEXT, Sampling, max_model_len, resolve_model
+from vllm_station.gates.needle import DEFAULT_DEPTHS, DEFAULT_LENGTHS, VARIANTS, depths_option, lengths_option
 
 MAX_TOKENS = 1_000_000
 
 
 def _json_object(text: str) -> dict[str, Any]:
     try:
-        obj = json.loads(text)
+        obj = bounded.loads_json(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
     if not isinstance(obj, dict):
@@ -138,6 +138,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     _common(needle, 900.0, 256)
     needle.add_argument(
         "--lengths",
+        type=lengths_option,
         default=",".join(DEFAULT_LENGTHS),
         help="prompt lengths: N%% of max_model_len, Nk (x1024) or tokens (default "
         + ",".join(DEFAULT_LENGTHS).replace("%", "%%")
@@ -145,6 +146,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     needle.add_argument(
         "--depths",
+        type=depths_option,
         default=",".join(map(str, DEFAULT_DEPTHS)),
         help="needle depths in percent (default 0,50,100)",
     )
@@ -153,7 +155,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     needle.add_argument(
         "--max-model-len",
-        type=argtypes.count(lo=64, hi=100_000_000),
+        type=argtypes.count(lo=64, hi=MAX_CONTEXT),
         default=None,
         metavar="N",
         help="when /v1/models does not say (vLLM does)",
@@ -277,6 +279,11 @@ def _run_needle(args: argparse.Namespace) -> int:
     depths = parse_depths(args.depths)
     sampling = _sampling(args)
     cache = None if args.no_calibration_cache else (args.calibration_cache or default_cache())
+    if cache is not None:
+        try:
+            bounded.check_regular_or_absent(cache)
+        except OSError as exc:
+            raise UsageError(f"--calibration-cache {cache}: {exc.strerror or exc}") from None
     ep = endpoint_from_args(args)
     with ep.client(timeout=args.timeout) as api:
         model = resolve_model(api, args.model)

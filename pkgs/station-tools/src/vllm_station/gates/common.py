@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -13,6 +14,8 @@ from vllm_station.errors import UsageError
 from vllm_station.gates.checker import Answer
 
 SEED = 1234
+MAX_CONTEXT = 16 * 1024 * 1024  # the longest max_model_len the gates build prompts for (16M tokens)
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -47,7 +50,18 @@ def resolve_model(api: ApiClient, want: str | None) -> str:
 
 
 def max_model_len(api: ApiClient, model: str) -> int | None:
-    return next((m.max_model_len for m in api.models() if m.id == model), None)
+    """The server's max_model_len for `model`, held to MAX_CONTEXT (prompts are sized from it: a server
+    claiming 10**12 must not make the needle gate build a 10**12-token prompt)."""
+    reported = next((m.max_model_len for m in api.models() if m.id == model), None)
+    if not isinstance(reported, int) or isinstance(reported, bool) or reported < 1:
+        return None
+    if reported > MAX_CONTEXT:
+        log.warning(
+            "the server reports max_model_len %s; the gates build prompts for at most %s tokens",
+            f"{reported:,}", f"{MAX_CONTEXT:,}",
+        )  # fmt: skip
+        return MAX_CONTEXT
+    return reported
 
 
 def ask_plain(

@@ -22,6 +22,7 @@ passes at a shorter length with the same variant and depth is `long_context`; ot
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import logging
@@ -35,11 +36,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vllm_station import argtypes, bounded
 from vllm_station.api import ApiClient, ApiError, ApiUnreachable, ChatChunk
 from vllm_station.errors import UsageError
 from vllm_station.gates import classes as C
 from vllm_station.gates.checker import parse_arguments
-from vllm_station.gates.common import Progress, Sampling, ask_stream
+from vllm_station.gates.common import MAX_CONTEXT, Progress, Sampling, ask_stream
 
 log = logging.getLogger(__name__)
 
@@ -186,8 +188,10 @@ class PromptBuilder:
             body["chat_template_kwargs"] = self.template_kwargs
         obj = self.api.post_json("/tokenize", body, timeout=self.timeout)  # vLLM's own endpoint, at the root
         n = obj.get("count") if isinstance(obj, dict) else None
-        if not isinstance(n, int):
+        if not isinstance(n, int) or isinstance(n, bool):
             raise UsageError(f"/tokenize answered without a count: {json.dumps(obj)[:200]}")
+        if not 0 < n <= 4 * MAX_CONTEXT:  # a server-reported size: prompts are sized from it
+            raise UsageError(f"/tokenize answered a count of {n:,} tokens, outside 1 to {4 * MAX_CONTEXT:,}")
         return n
 
     def pool(self, n: int) -> list[str]:
@@ -208,18 +212,23 @@ class PromptBuilder:
             return self.calibration
         key = self._cache_key() if self.cache is not None else ""
         cached = _read_cache(self.cache).get(key) if self.cache is not None else None
-        if isinstance(cached, dict):
-            self.calibration = Calibration(
-                float(cached["tokens_per_sentence"]), int(cached["overhead"]), "cached"
-            )
+        rate, overhead = (cached.get("tokens_per_sentence"), cached.get("overhead")) if isinstance(
+            cached, dict) else (None, None)  # fmt: skip
+        if (
+            isinstance(rate, int | float) and not isinstance(rate, bool) and 0 < rate <= 10_000
+            and isinstance(overhead, int) and not isinstance(overhead, bool) and 0 <= overhead <= MAX_CONTEXT
+        ):  # fmt: skip  # an entry out of any real range is not trusted: calibrate afresh
+            self.calibration = Calibration(float(rate), overhead, "cached")
             return self.calibration
         probe = [Needle("amber-harbor", "1234567")]
         question = QUESTION.format(key="amber-harbor")
         small = self.count(_messages(self.pool(self.SAMPLE), probe, 0.5, 0, question))
         large = self.count(_messages(self.pool(2 * self.SAMPLE), probe, 0.5, 0, question))
         rate = (large - small) / self.SAMPLE
-        if rate <= 0:
-            raise UsageError(f"/tokenize counts do not grow with the prompt ({small} then {large} tokens)")
+        if not 0.5 <= rate <= 1000:  # a sentence of ~9 words: anything else would size prompts wrongly
+            raise UsageError(
+                f"/tokenize counts do not grow with the prompt as text does ({small} then {large} tokens)"
+            )
         self.calibration = Calibration(rate, round(small - rate * self.SAMPLE), "measured")
         if self.cache is not None:
             data = _read_cache(self.cache)
@@ -268,7 +277,7 @@ class PromptBuilder:
             last = (pad, got)
             diff = target - got
             if diff > 0:
-                pad += max(1, round(diff / pad_rate))
+                pad = min(pad + max(1, round(diff / pad_rate)), target)  # never more words than tokens
             elif pad >= round(-diff / pad_rate) >= 1:
                 pad -= round(-diff / pad_rate)
             else:  # too long even without pad words: drop sentences, then pad back up
@@ -295,8 +304,8 @@ def _read_cache(path: Path | None) -> dict[str, Any]:
     if path is None:
         return {}
     try:
-        obj = json.loads(path.read_text())
-    except (OSError, ValueError):
+        obj = bounded.read_json(path, limit=bounded.CONFIG_LIMIT)
+    except (OSError, ValueError):  # unreadable, not a regular file, too large or deep: calibrate afresh
         return {}
     return obj if isinstance(obj, dict) else {}
 
@@ -319,25 +328,62 @@ def default_cache() -> Path:
 # ---- lengths, depths, the plan -------------------------------------------------------------------
 
 
+MIN_LENGTH = 64
+
+
+def _length(part: str) -> tuple[bool, float]:
+    """One `--lengths` item: (True, percent) or (False, tokens). ValueError when it is neither."""
+    p = part.strip().lower()
+    if p.endswith("%"):
+        pct = argtypes.parse_float(p[:-1])
+        if not 0 < pct < 100:
+            raise ValueError("a percentage of max_model_len is more than 0 and below 100")
+        return True, pct
+    n = math.floor(argtypes.parse_float(p[:-1]) * 1024) if p.endswith("k") else argtypes.parse_int(p)
+    if not MIN_LENGTH <= n <= MAX_CONTEXT:
+        raise ValueError(f"a length is {MIN_LENGTH} to {MAX_CONTEXT:,} tokens")
+    return False, n
+
+
+def lengths_option(text: str) -> str:
+    """argparse `type=` (and golive's config): `text` when every item reads as a length, else an error."""
+    parts = [p for p in text.split(",") if p.strip()]
+    if not parts or len(parts) > 64:
+        raise argparse.ArgumentTypeError(f"give 1 to 64 lengths (90%, 128k or a token count), got {text!r}")
+    for part in parts:
+        try:
+            _length(part)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(
+                f"{part.strip()!r}: write 90%, 128k or a token count ({exc})"
+            ) from None
+    return text
+
+
+def depths_option(text: str) -> str:
+    """argparse `type=` for `--depths`: `text` when it parses (parse_depths), else an error."""
+    try:
+        parse_depths(text)
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--depths ")) from None
+    return text
+
+
 def parse_lengths(text: str, max_model_len: int) -> list[int]:
     """`25%,50%,90%` (of max_model_len), `8k` (× 1024) or plain token counts, ascending."""
     out: list[int] = []
     for part in text.split(","):
-        p = part.strip().lower()
-        if not p:
+        if not part.strip():
             continue
         try:
-            if p.endswith("%"):
-                n = math.floor(float(p[:-1]) / 100 * max_model_len)
-            elif p.endswith("k"):
-                n = int(float(p[:-1]) * 1024)
-            else:
-                n = int(p)
+            pct, value = _length(part)
         except ValueError:
             raise UsageError(f"--lengths {part!r}: write 90%, 128k or a token count") from None
-        if not 64 <= n < max_model_len:
+        n = math.floor(value / 100 * max_model_len) if pct else int(value)
+        if not MIN_LENGTH <= n < max_model_len:
             raise UsageError(
-                f"--lengths {part!r} = {n} tokens: at least 64 and below max_model_len {max_model_len}"
+                f"--lengths {part!r} = {n} tokens: at least {MIN_LENGTH} and below max_model_len "
+                f"{max_model_len}"
             )
         out.append(n)
     if not out:
@@ -352,7 +398,7 @@ def parse_depths(text: str) -> list[int]:
         if not p:
             continue
         try:
-            d = int(p)
+            d = argtypes.parse_int(p)
         except ValueError:
             raise UsageError(f"--depths {part!r}: a whole percentage 0–100") from None
         if not 0 <= d <= 100:
