@@ -10,9 +10,11 @@ fails with an operator message; nothing is marked verified on any failure):
 2. Fetch A's stamp (``.station-verified.json``) alone into a temporary directory inside DIR and read it:
    A unreachable → exit 3; no stamp or an unusable one → exit 1 ("A's copy is not verified"); a stamp of
    another revision → exit 1 naming both.
-3. Remove DIR's own stamp, then ``rsync -a --partial --partial-dir=.rsync-partial --delete …`` (the stamp
-   itself excluded): progress lines on stderr, SIGTERM/SIGINT stop rsync with its partial file kept in
-   ``.rsync-partial/`` so a rerun resumes from it (rsync's delta transfer uses it as the basis).
+3. Remove DIR's own stamp, then ``rsync --recursive --times --partial --partial-dir=.rsync-partial
+   --delete …`` (the stamp itself excluded) as a filter, not a mirror: no device node, FIFO or socket is
+   created, no symlink out of the tree, every mode is 755/644 (no setuid bit from A). Progress lines on
+   stderr, SIGTERM/SIGINT stop rsync with its partial file kept in ``.rsync-partial/`` so a rerun resumes
+   from it (rsync's delta transfer uses it as the basis).
 4. The files in DIR must be exactly A's stamped list (paths and sizes); then the shared verify core runs
    with the expectations and records ``--repo`` (default: A's) and ``--revision`` in DIR's new stamp.
 """
@@ -437,7 +439,11 @@ def pull_command(
 ) -> list[str]:
     cmd = [
         rsync,
-        "-a",  # recursive, times (a rerun skips complete files by size+mtime), permissions
+        # A filter, not a mirror (never -a: it would take devices, FIFOs, owners and setuid modes from A):
+        "--recursive", "--times",  # times: a rerun skips complete files by size+mtime
+        "--no-devices", "--no-specials",  # no device node, FIFO or socket is ever created here
+        "--links", "--safe-links",  # a symlink arrives only when it stays inside the tree
+        "--perms", "--chmod=D755,F644",  # every mode set here: no setuid/setgid bit, nothing world-writable
         "--partial", f"--partial-dir={PARTIAL_DIR}",  # an interrupted file is kept there: the next basis
         "--delete",  # files A does not have (another revision's shards) go
         f"--exclude={STAMP_NAME}",  # only verify writes DIR's stamp

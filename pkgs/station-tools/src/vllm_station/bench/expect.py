@@ -139,17 +139,32 @@ def check_levels(exps: list[Expectation], names: list[str]) -> None:
 
 
 def evaluate(exps: list[Expectation], levels: list[LevelReport]) -> list[ExpectResult]:
+    """Each threshold against what was measured. Verdicts need evidence: a threshold over the run holds
+    only when some request succeeded, and one on a level only when a request of that level did
+    (`failures==0` with nothing run is not held)."""
     out: list[ExpectResult] = []
     by_name = {lv.name: lv for lv in levels}
+    total_ok = sum(lv.ok for lv in levels)
     for e in exps:
         op = _OPS[e.op]
         if e.level is None and e.metric in ("failures", "ok"):
             total = float(sum(value_of(lv, e.metric) or 0.0 for lv in levels))
+            if total_ok == 0:
+                out.append(ExpectResult(e.text, None, total, False,
+                                        f"{e.metric} = {total:g} over the run, but no request succeeded: "
+                                        "nothing was measured"))  # fmt: skip
+                continue
             ok = op(total, e.threshold)
             out.append(ExpectResult(e.text, None, total, ok, f"{e.metric} = {total:g} over the run"))
             continue
         targets = [by_name[e.level]] if e.level is not None else levels
+        if not targets:
+            out.append(ExpectResult(e.text, None, None, False, f"{e.metric}: no level ran, nothing measured"))
         for lv in targets:
+            if lv.ok == 0:
+                detail = f"{lv.name}: no request succeeded, {e.metric} not measured"
+                out.append(ExpectResult(e.text, lv.name, None, False, detail))
+                continue
             v = value_of(lv, e.metric)
             if v is None:
                 out.append(ExpectResult(e.text, lv.name, None, False, f"{lv.name}: {e.metric} not measured"))

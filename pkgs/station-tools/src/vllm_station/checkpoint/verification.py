@@ -88,26 +88,61 @@ class VerifyReport:
     stamp_left: str | None = None
 
 
+def _kind_problem(mode: int) -> str | None:
+    """Why a file of this mode does not belong in a checkpoint, or None for a plain regular file."""
+    for test, name in ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISDIR, "a directory")):  # fmt: skip
+        if test(mode):
+            return f"it is {name}: a checkpoint holds regular files only; remove it"
+    if not stat.S_ISREG(mode):
+        return "it is not a regular file: a checkpoint holds regular files only; remove it"
+    if mode & (stat.S_ISUID | stat.S_ISGID):
+        return (f"mode {stat.S_IMODE(mode):04o} has the setuid/setgid bit: a checkpoint holds data, not "
+                "programs; chmod ug-s it")  # fmt: skip
+    return None
+
+
 def list_files(directory: Path) -> tuple[list[FileEntry], list[Problem]]:
-    """Every regular file under directory (relative paths), minus station's own files and .cache/."""
+    """Every regular file under directory (relative paths), minus station's own files and .cache/.
+
+    Anything else is a problem, so it is never stamped: a FIFO, a device node or a socket (a hostile
+    copy source could plant them), a setuid/setgid file, a symlink that leaves the directory or does not
+    end at a regular file, a symlink to a directory (never walked, so never checked)."""
     entries: list[FileEntry] = []
     problems: list[Problem] = []
+    top = os.path.realpath(directory)
 
     def walk_error(exc: OSError) -> None:
         rel = Path(exc.filename).relative_to(directory).as_posix() if exc.filename else str(directory)
         problems.append(Problem(rel, read_error(exc)))
 
+    def inside(path: Path) -> bool:
+        real = os.path.realpath(path)
+        return real == top or real.startswith(top.rstrip("/") + "/")
+
     for root, dirs, files in os.walk(directory, onerror=walk_error):
         rel_root = Path(root).relative_to(directory)
         dirs[:] = sorted(d for d in dirs if not (rel_root == Path(".") and d in EXCLUDED_DIRS))
+        for name in [d for d in dirs if os.path.islink(Path(root) / d)]:
+            problems.append(Problem((rel_root / name).as_posix(),
+                                    "a symlink to a directory: copy the directory itself"))  # fmt: skip
         for name in sorted(files):
             rel = (rel_root / name).as_posix()
             if rel in EXCLUDED_FILES or name.endswith(".incomplete"):
                 continue
+            path = Path(root) / name
             try:
-                st = os.stat(Path(root) / name)
+                if os.path.islink(path) and not inside(path):
+                    problems.append(Problem(rel, f"a symlink out of {directory}: copy the file itself"))
+                    continue
+                st = os.stat(path)
             except OSError as exc:
                 problems.append(Problem(rel, read_error(exc)))
+                continue
+            why = _kind_problem(st.st_mode)
+            if why is not None:
+                problems.append(Problem(rel, why))
                 continue
             entries.append(FileEntry(path=rel, size=st.st_size))
     entries.sort(key=lambda e: e.path)

@@ -328,7 +328,7 @@ def run_battery(
         max_turns=max_turns,
         tasks=len(results),
         passed=passed,
-        result="pass" if passed == len(results) else "fail",
+        result="pass" if results and passed == len(results) else "fail",  # nothing run: not held
         pass_hat=pass_hat([res.passed for res in results], repeats),
         by_domain=by_domain,
         by_class=dict(sorted(by_class.items())),

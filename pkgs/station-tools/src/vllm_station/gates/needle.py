@@ -610,7 +610,7 @@ def run_battery(
         record={"prompt_tokens": RECORD_PROMPT_TOKENS, "wall_s": list(RECORD_WALL_S)},
         cases=len(results),
         passed=passed,
-        result="pass" if passed == len(results) else "fail",
+        result="pass" if results and passed == len(results) else "fail",  # nothing run: not held
         by_class=dict(sorted(by_class.items())),
         results=results,
     )

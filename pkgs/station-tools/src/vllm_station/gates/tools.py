@@ -190,7 +190,7 @@ def run_battery(
         cases=len(results),
         passed=passed,
         failed=len(results) - passed,
-        result="pass" if passed == len(results) else "fail",
+        result="pass" if results and passed == len(results) else "fail",  # nothing run: not held
         by_category=by_cat,
         by_class=dict(sorted(by_class.items())),
         results=results,
