@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -490,3 +491,80 @@ def test_a_stamp_that_cannot_be_removed_stops_the_copy(daemon: RsyncDaemon, tmp_
     assert r.returncode == 1, r.stderr
     assert f"cannot remove {target / STAMP_NAME}" in r.stderr and "Traceback" not in r.stderr
     assert sorted(p.name for p in target.iterdir()) == [STAMP_NAME]
+
+
+def _planted(directory: Path) -> list[str]:
+    """What a filter copy must never create: devices, FIFOs, sockets, setuid/setgid or world-writable
+    files, symlinks that leave the tree."""
+    found = []
+    top = os.path.realpath(directory)
+    for root, dirs, files in os.walk(directory):
+        for name in files + dirs:
+            p = Path(root) / name
+            st = os.lstat(p)
+            rel = p.relative_to(directory).as_posix()
+            if stat.S_ISLNK(st.st_mode):
+                if not os.path.realpath(p).startswith(top + "/"):
+                    found.append(f"{rel}: symlink out of the tree")
+            elif not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+                found.append(f"{rel}: mode {st.st_mode:o}")
+            elif st.st_mode & (stat.S_ISUID | stat.S_ISGID | stat.S_IWOTH):
+                found.append(f"{rel}: mode {stat.S_IMODE(st.st_mode):04o}")
+    return found
+
+
+def _plant(src: Path) -> None:
+    """A hostile or compromised A: a world-writable /dev/mem, a FIFO, a socket, a setuid-root program, a
+    symlink to /etc and one out of the tree, all in the module, and all listed in A's stamp."""
+    os.mknod(src / "mem", 0o666 | stat.S_IFCHR, os.makedev(1, 1))
+    os.mkfifo(src / "pipe")
+    (src / "sub").mkdir()
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(str(src / "sub" / "sock"))
+    (src / "run").write_bytes(b"#!/bin/sh\nid\n")
+    os.chmod(src / "run", 0o6777)
+    os.symlink("/etc/passwd", src / "passwd")
+    os.symlink("../../../outside", src / "up")
+    stamp = json.loads((src / STAMP_NAME).read_text())
+    for name in ("mem", "pipe", "sub/sock", "run", "passwd", "up"):
+        stamp["files"].append({"path": name, "size": 0, "sha256": None})
+    (src / STAMP_NAME).write_text(json.dumps(stamp))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="device nodes and a root rsync daemon need root")
+def test_copy_is_a_filter_nothing_but_regular_files_arrives(tmp_path: Path) -> None:
+    src = tmp_path / "a" / "model"
+    build_source(src)
+    _plant(src)
+    assert len(_planted(src)) == 6  # the check sees each planted thing (else the assertion below is empty)
+    target = tmp_path / "b" / "model"
+    with RsyncDaemon(tmp_path / "daemon", src) as d:
+        r = run_copy(d.url, target)
+    # the copy fails (what arrived is not what A's stamp lists) and leaves nothing dangerous behind
+    assert r.returncode == 1, r.stderr
+    assert "does not match the file list of A's stamp" in r.stderr and "missing: " in r.stderr
+    assert "Traceback" not in r.stderr
+    assert _planted(target) == []
+    assert not (target / STAMP_NAME).exists()
+    assert stat.S_IMODE((target / "run").stat().st_mode) == 0o644  # a regular file arrives, without its bits
+    assert sorted(p.name for p in target.iterdir() if p.name.endswith(".safetensors"))  # the copy did run
+
+
+def test_verify_refuses_what_is_not_a_regular_file(src: Path) -> None:
+    """A stamp vouches for exactly what is there: a FIFO, a device, a setuid file or a symlink out of the
+    tree is a problem, not a stamped file (the gate would otherwise loop on its own advice)."""
+    for plant, phrase in (
+        (lambda: os.mkfifo(src / "pipe"), "pipe: it is a FIFO"),
+        (lambda: os.symlink("/etc/passwd", src / "passwd"), "passwd: a symlink out of"),
+        (lambda: ((src / "run").write_bytes(b"x"), os.chmod(src / "run", 0o4755)), "run: mode 4755"),
+        (lambda: os.symlink("/etc", src / "etc"), "etc: a symlink to a directory"),
+    ):
+        plant()
+        report = verify_checkpoint(src, Expectations(arch=[ARCH]), repo=REPO, revision=COMMIT)
+        assert not report.ok
+        assert not (src / STAMP_NAME).exists()
+        assert any(phrase in f"{p.path}: {p.problem}" for p in report.problems), report.problems
+        for name in ("pipe", "passwd", "run", "etc"):
+            with contextlib.suppress(FileNotFoundError):
+                (src / name).unlink()
+    assert verify_checkpoint(src, Expectations(arch=[ARCH]), repo=REPO, revision=COMMIT).ok  # clean again
