@@ -289,7 +289,8 @@ with open(os.environ["FAKE_CALLS"], "a") as f:
     f.write(os.path.basename(sys.argv[0]) + " " + " ".join(sys.argv[1:]) + "\\n")
 name = os.path.basename(sys.argv[0])
 if name == "systemctl":
-    print(os.environ.get("FAKE_INVOCATION", ""))
+    print("InvocationID=" + os.environ.get("FAKE_INVOCATION", ""))
+    print("LoadState=" + os.environ.get("FAKE_LOADSTATE", "loaded"))
     sys.exit(0)
 if os.environ.get("FAKE_DENIED"):
     sys.stderr.write("Hint: You are currently not seeing messages from other users and the system.\\n")
@@ -323,7 +324,7 @@ def test_unit_reads_the_current_invocation(
     assert "unit vllm-station.service (invocation 0123456789abcdef0123456789abcdef)" in out
     calls = (tmp_path / "calls.log").read_text().splitlines()
     assert calls == [
-        "systemctl show -p InvocationID --value vllm-station.service",
+        "systemctl show -p InvocationID -p LoadState -- vllm-station.service",
         "journalctl _SYSTEMD_INVOCATION_ID=0123456789abcdef0123456789abcdef -o cat --no-pager",
     ]
 
@@ -338,7 +339,7 @@ def test_unit_all_invocations_and_no_invocation_read_the_unit(
     calls = (tmp_path / "calls.log").read_text().splitlines()
     assert calls == [
         "journalctl -u vllm-station.service -o cat --no-pager",
-        "systemctl show -p InvocationID --value vllm-station.service",
+        "systemctl show -p InvocationID -p LoadState -- vllm-station.service",
         "journalctl -u vllm-station.service -o cat --no-pager",
     ]
 
@@ -352,6 +353,30 @@ def test_unit_without_journalctl_is_a_clear_error(
     assert main(["nccl-check", "--unit", "vllm-station.service"]) == 3
     err = capsys.readouterr().err
     assert "journalctl not found on PATH" in err and "--log FILE" in err
+
+
+def test_a_unit_systemd_does_not_know_is_exit_3_not_pending(
+    fake_bin: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Its journal is empty: that must not read as "no transport line yet" (PENDING, exit 4)."""
+    empty = tmp_path / "empty.log"
+    empty.write_text("")
+    monkeypatch.setenv("FAKE_JOURNAL", str(empty))
+    monkeypatch.setenv("FAKE_LOADSTATE", "not-found")
+    assert main(["nccl-check", "--unit", "no-such.service"]) == 3
+    err = capsys.readouterr().err
+    assert "systemd has no unit no-such.service" in err and "PENDING" not in err
+
+
+@pytest.mark.parametrize("unit", ["--host=evil", "-x", "", "a b", "vllm;id", ".service"])
+def test_a_unit_name_is_never_an_option(unit: str, fake_bin: Path, tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    """`--unit=--host=…` would reach systemctl/journalctl as an option: refused at parse time (exit 2)."""
+    for command in (["nccl-check"], ["weights-check"], ["watchdog", "--base-url", "http://127.0.0.1:9"]):
+        assert main([*command, f"--unit={unit}"]) == 2
+        err = capsys.readouterr().err
+        assert "--unit" in err and "systemd unit name" in err and "Traceback" not in err
+    assert (tmp_path / "calls.log").read_text() == ""  # neither systemctl nor journalctl ran
 
 
 def test_unit_journal_permission_is_a_clear_error(

@@ -322,7 +322,8 @@ import os, sys
 with open(os.environ["FAKE_CALLS"], "a") as f:
     f.write(os.path.basename(sys.argv[0]) + " " + " ".join(sys.argv[1:]) + "\\n")
 if os.path.basename(sys.argv[0]) == "systemctl":
-    print(os.environ.get("FAKE_INVOCATION", ""))
+    print("InvocationID=" + os.environ.get("FAKE_INVOCATION", ""))
+    print("LoadState=" + os.environ.get("FAKE_LOADSTATE", "loaded"))
     sys.exit(0)
 with open(os.environ["FAKE_JOURNAL"], "rb") as f:
     sys.stdout.buffer.write(f.read())
@@ -348,7 +349,7 @@ def test_unit_reads_the_current_invocation(
     out = capsys.readouterr().out
     assert "unit vllm-station.service (invocation 0123456789abcdef0123456789abcdef)" in out
     assert calls.read_text().splitlines() == [
-        "systemctl show -p InvocationID --value vllm-station.service",
+        "systemctl show -p InvocationID -p LoadState -- vllm-station.service",
         "journalctl _SYSTEMD_INVOCATION_ID=0123456789abcdef0123456789abcdef -o cat --no-pager",
     ]
 

@@ -188,3 +188,16 @@ def from_config(
         return convert(text)
     except (argparse.ArgumentTypeError, ValueError) as exc:
         raise UsageError(f"{where}: {exc}"[:300]) from None
+
+
+_UNIT = re.compile(r"[A-Za-z0-9:_.\\@-]{1,255}")
+
+
+def unit_name(text: str) -> str:
+    """A systemd unit name (`vllm-station.service`, `vllm-station-probe@x.service`), passed to systemctl
+    and journalctl as an argument: never an option (`--unit=--host=…`), never empty or odd characters."""
+    if not _UNIT.fullmatch(text) or text.startswith(("-", ".")):
+        raise argparse.ArgumentTypeError(
+            f"must be a systemd unit name (letters, digits and :_.\\@-, not starting with - or .), got {text!r}"
+        )
+    return text

@@ -553,7 +553,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("source", nargs="?", metavar="-", help="read the log from stdin")
     parser.add_argument(
-        "--unit", metavar="UNIT", help="read the journal of this systemd unit (current start)"
+        "--unit", type=argtypes.unit_name, metavar="UNIT", help="read the journal of this systemd unit (current start)"
     )
     parser.add_argument("--log", metavar="FILE", help="read this log file (e.g. a saved container log)")
     parser.add_argument(

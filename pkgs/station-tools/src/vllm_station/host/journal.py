@@ -59,12 +59,18 @@ def _run(argv: list[str], what: str) -> subprocess.CompletedProcess[bytes]:
 
 
 def invocation_id(unit: str) -> str | None:
-    """The unit's current invocation (`systemctl show -p InvocationID --value UNIT`); None if unknown."""
+    """The unit's current invocation (`systemctl show -p InvocationID -p LoadState UNIT`); None if unknown.
+
+    A unit systemd does not know (`LoadState=not-found`) is Unreachable: its empty journal must not read
+    as "no transport line yet" (PENDING)."""
     systemctl = shutil.which("systemctl")
     if systemctl is None:
         return None
-    proc = _run([systemctl, "show", "-p", "InvocationID", "--value", unit], "systemctl")
-    value = decode(proc.stdout).strip()
+    proc = _run([systemctl, "show", "-p", "InvocationID", "-p", "LoadState", "--", unit], "systemctl")
+    props = dict(line.split("=", 1) for line in decode(proc.stdout).splitlines() if "=" in line)
+    if proc.returncode == 0 and props.get("LoadState") == "not-found":
+        raise Unreachable(f"systemd has no unit {unit} (LoadState=not-found): check the name (systemctl status)")
+    value = props.get("InvocationID", "").strip()
     return value if proc.returncode == 0 and re.fullmatch(r"[0-9a-f]{32}", value) else None
 
 

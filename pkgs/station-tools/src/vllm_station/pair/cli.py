@@ -80,6 +80,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     hs.add_argument(
         "--unit",
+        type=argtypes.unit_name,
         required=True,
         help="the worker's serving unit: only an active one waits (vllm-station.service)",
     )
