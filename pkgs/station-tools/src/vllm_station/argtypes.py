@@ -21,6 +21,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
+from urllib.parse import urlsplit
 
 from vllm_station.errors import UsageError
 
@@ -198,6 +199,21 @@ def unit_name(text: str) -> str:
     and journalctl as an argument: never an option (`--unit=--host=…`), never empty or odd characters."""
     if not _UNIT.fullmatch(text) or text.startswith(("-", ".")):
         raise argparse.ArgumentTypeError(
-            f"must be a systemd unit name (letters, digits and :_.\\@-, not starting with - or .), got {text!r}"
+            "must be a systemd unit name (letters, digits and :_.\\@-, not starting with - or .), "
+            f"got {text!r}"
         )
     return text
+
+
+def http_url(text: str) -> str:
+    """argparse `type=` for a URL station connects to: http(s)://HOST[:PORT]/…, HOST may be [IPv6]."""
+    eg = "http://192.168.100.2:29510/ready"
+    usage = f"must be an http:// or https:// URL with a host (e.g. {eg}), got {text!r}"
+    try:
+        parts = urlsplit(text.strip())
+        host, _port = parts.hostname, parts.port  # a bad port or "[::1" raises ValueError
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{usage} ({exc})") from None
+    if parts.scheme not in ("http", "https") or not host:
+        raise argparse.ArgumentTypeError(usage)
+    return text.strip()

@@ -36,6 +36,8 @@ KEY_LIMIT = 64 * KiB  # an API key or token file
 CONFIG_LIMIT = 64 * MiB  # config.json, model.safetensors.index.json, tokenizer/preflight JSON, a stamp
 SYSFS_LIMIT = 4 * MiB  # one /sys or /proc file
 LOG_LIMIT = 256 * MiB  # a saved container log (read whole: nccl-check, weights-check)
+STREAM_LIMIT = 1024 * MiB  # a log read from stdin (nccl-check -): scanned line by line, then no more
+LINE_LIMIT = 64 * KiB  # one line of a streamed log: the rest of a longer line is dropped
 MAX_JSON_DEPTH = 100  # nested arrays/objects: real configs, schemas and answers stay below 20
 
 
@@ -164,3 +166,36 @@ def read_json(path: str | os.PathLike[str], *, limit: int = CONFIG_LIMIT) -> Any
     Raises FileRefused/OSError (unreadable, not a regular file, too large), UnicodeDecodeError or
     ValueError (not JSON, JsonTooDeep) — each with a message for the operator."""
     return loads_json(read_text(path, limit=limit))
+
+
+class LineSplitter:
+    """Lines out of a byte stream in bounded memory: each line cut at `max_line` bytes (the rest of it
+    dropped until its newline), so a stream with no newline at all (`/dev/zero`) never grows a buffer."""
+
+    def __init__(self, max_line: int = LINE_LIMIT) -> None:
+        self.max_line = max_line
+        self._buf = bytearray()
+        self._skipping = False  # inside a line already cut at max_line
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        out: list[bytes] = []
+        start = 0
+        while True:
+            nl = chunk.find(b"\n", start)
+            piece = chunk[start:] if nl < 0 else chunk[start:nl]
+            if not self._skipping:
+                self._buf += piece[: self.max_line - len(self._buf)]
+                self._skipping = len(self._buf) >= self.max_line and nl < 0
+            if nl < 0:
+                return out
+            out.append(bytes(self._buf))
+            self._buf.clear()
+            self._skipping = False
+            start = nl + 1
+
+    def flush(self) -> bytes:
+        """The last line when the stream ended without a newline ("" when none)."""
+        rest = bytes(self._buf)
+        self._buf.clear()
+        self._skipping = False
+        return rest

@@ -179,8 +179,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def parse_source(text: str) -> Source:
     """rsync://HOST[:PORT]/MODULE[/] (HOST may be [IPv6]). Raises UsageError."""
     usage = f"source {text!r} is not rsync://HOST:PORT/MODULE (e.g. rsync://192.168.100.1:8730/glm53)"
-    parts = urlsplit(text)
-    if parts.scheme != "rsync" or not parts.hostname or parts.query or parts.fragment or parts.username:
+    try:
+        parts = urlsplit(text)
+        host = parts.hostname  # "[::1" (no closing bracket) raises here or above
+    except ValueError as exc:
+        raise UsageError(f"{usage}: {exc}") from None
+    if (
+        parts.scheme != "rsync"
+        or not host
+        or not parts.hostname
+        or parts.query
+        or parts.fragment
+        or parts.username
+    ):
         raise UsageError(usage)
     try:
         port = parts.port or DEFAULT_PORT

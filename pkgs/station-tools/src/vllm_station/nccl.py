@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from vllm_station import argtypes, polling, textfile
+from vllm_station import argtypes, bounded, polling, textfile
 from vllm_station.errors import EXIT_FAIL, EXIT_OK, EXIT_PENDING, UsageError
 from vllm_station.host.journal import decode, read_log_file, read_unit
 from vllm_station.report import dump_json
@@ -506,15 +506,24 @@ def stream(
 ) -> NcclReport:
     """Classify a stream (stdin) line by line; with `wait`, stop at a final verdict, EOF or the deadline."""
     scanner = Scanner()
+    lines = bounded.LineSplitter()  # a line without end (/dev/zero) is cut, never buffered whole
     if wait is None:
-        scanner.feed_text(decode(fh.read()))
+        total = 0
+        while chunk := fh.read(65536):
+            for raw in lines.feed(chunk):
+                scanner.feed(decode(raw))
+            total += len(chunk)
+            if total >= bounded.STREAM_LIMIT:
+                log.warning("stdin: stopped after %d MiB", bounded.STREAM_LIMIT // bounded.MiB)
+                break
+        if rest := lines.flush():
+            scanner.feed(decode(rest))
         return scanner.report("stdin", require_gdr=require_gdr)
     deadline = clock() + wait
     eof = False
     fd = fh.fileno()
     sel = selectors.DefaultSelector()
     sel.register(fd, selectors.EVENT_READ)
-    buf = b""
     try:
         while True:
             left = deadline - clock()
@@ -526,16 +535,14 @@ def stream(
             if not chunk:
                 eof = True
                 break
-            buf += chunk
-            *lines, buf = buf.split(b"\n")
-            for raw in lines:
+            for raw in lines.feed(chunk):
                 scanner.feed(decode(raw))
             if scanner.report("stdin").final:
                 return scanner.report("stdin", require_gdr=require_gdr)
     finally:
         sel.close()
-    if buf:
-        scanner.feed(decode(buf))
+    if rest := lines.flush():
+        scanner.feed(decode(rest))
     report = scanner.report("stdin", require_gdr=require_gdr)
     if report.final or eof:
         return report
@@ -553,7 +560,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("source", nargs="?", metavar="-", help="read the log from stdin")
     parser.add_argument(
-        "--unit", type=argtypes.unit_name, metavar="UNIT", help="read the journal of this systemd unit (current start)"
+        "--unit",
+        type=argtypes.unit_name,
+        metavar="UNIT",
+        help="read the journal of this systemd unit (current start)",
     )
     parser.add_argument("--log", metavar="FILE", help="read this log file (e.g. a saved container log)")
     parser.add_argument(

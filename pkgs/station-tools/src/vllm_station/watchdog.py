@@ -435,7 +435,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model", help="served model name to probe (default: the first one /v1/models lists)"
     )
-    parser.add_argument("--unit", type=argtypes.unit_name, help="the serving unit to restart on a wedge (without it: report only)")
+    parser.add_argument(
+        "--unit",
+        type=argtypes.unit_name,
+        help="the serving unit to restart on a wedge (without it: report only)",
+    )
     parser.add_argument("--systemctl", default="systemctl", help="the systemctl program (default: from PATH)")
     parser.add_argument(
         "--interval", type=argtypes.seconds(hi=argtypes.DAY), default=30.0, help="seconds between looks (30)"

@@ -424,7 +424,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument(
-        "--unit", type=argtypes.unit_name, metavar="UNIT", help="read the journal of this systemd unit (current start)"
+        "--unit",
+        type=argtypes.unit_name,
+        metavar="UNIT",
+        help="read the journal of this systemd unit (current start)",
     )
     source.add_argument("--log", metavar="FILE", help="read this log file (e.g. a saved container log)")
     parser.add_argument(

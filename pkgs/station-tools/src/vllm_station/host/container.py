@@ -79,7 +79,12 @@ def resolve_runtime(spec: str, env: Mapping[str, str] | None = None, timeout_s: 
     name = runtime_name(spec)
     env = os.environ if env is None else env
     override = env.get(ENV_OVERRIDE, "").strip()
-    argv = tuple(shlex.split(override)) if override else (spec,)
+    try:
+        argv = tuple(shlex.split(override)) if override else (spec,)
+    except ValueError as exc:  # an unbalanced quote
+        raise UsageError(f"{ENV_OVERRIDE}={override!r}: cannot split it into a command ({exc})") from None
+    if not argv:
+        raise UsageError(f"{ENV_OVERRIDE} is set but holds no command")
     return Runtime(name=name, argv=argv, timeout_s=timeout_s)
 
 

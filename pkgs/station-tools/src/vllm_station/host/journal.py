@@ -69,7 +69,9 @@ def invocation_id(unit: str) -> str | None:
     proc = _run([systemctl, "show", "-p", "InvocationID", "-p", "LoadState", "--", unit], "systemctl")
     props = dict(line.split("=", 1) for line in decode(proc.stdout).splitlines() if "=" in line)
     if proc.returncode == 0 and props.get("LoadState") == "not-found":
-        raise Unreachable(f"systemd has no unit {unit} (LoadState=not-found): check the name (systemctl status)")
+        raise Unreachable(
+            f"systemd has no unit {unit} (LoadState=not-found): check the name (systemctl status {unit})"
+        )
     value = props.get("InvocationID", "").strip()
     return value if proc.returncode == 0 and re.fullmatch(r"[0-9a-f]{32}", value) else None
 

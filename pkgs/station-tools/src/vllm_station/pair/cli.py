@@ -41,7 +41,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
     ww = verb("wait-worker", "the head's ExecStartPre: wait until the worker's beacon answers /ready")
     ww.add_argument(
-        "--url", required=True, help="the worker beacon's /ready, e.g. http://192.168.100.2:29510/ready"
+        "--url",
+        type=argtypes.http_url,
+        required=True,
+        help="the worker beacon's /ready, e.g. http://192.168.100.2:29510/ready",
     )
     ww.add_argument(
         "--timeout",
