@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import errno
 import io
-import itertools
 import json
 import os
 import re
@@ -131,33 +130,47 @@ def read_tail(path: str | os.PathLike[str], *, limit: int) -> tuple[bytes, bool]
     return data, skipped
 
 
-class JsonTooDeep(ValueError):
-    """JSON nested deeper than the limit (a ValueError, so callers' `except ValueError` reports it)."""
+class JsonTooDeep(json.JSONDecodeError):
+    """JSON nested deeper than the limit: a JSONDecodeError (so a ValueError), so every caller's existing
+    `except json.JSONDecodeError` / `except ValueError` reports it like any other bad JSON."""
+
+    def __init__(self, max_depth: int) -> None:
+        super().__init__(f"JSON nested more than {max_depth} levels deep", "", 0)
+
+    def __str__(self) -> str:
+        return self.msg
 
 
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
-_DEPTH_STEP = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_INNERMOST = re.compile(r"\[\]|\{\}")
 
 
-def json_depth(text: str) -> int:
-    """How deep `text`'s arrays and objects nest (brackets inside strings do not count)."""
-    brackets = "".join(ch for ch in _JSON_STRING.sub("", text) if ch in "[]{}")
-    steps = map(_DEPTH_STEP.__getitem__, map(ord, brackets))
-    return max(itertools.accumulate(steps), default=0)
+def json_too_deep(text: str, max_depth: int = MAX_JSON_DEPTH) -> bool:
+    """Whether `text`'s arrays and objects nest deeper than `max_depth` (brackets in strings do not
+    count). Each pass removes the innermost pairs; `max_depth` passes empty any text within the limit."""
+    if text.count("[") + text.count("{") <= max_depth:  # an upper bound of the depth: most texts stop here
+        return False
+    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
+    for _ in range(max_depth):
+        inner = _INNERMOST.sub("", brackets)
+        if not inner or inner == brackets:  # within the limit, or unbalanced (json.loads says so)
+            return False
+        brackets = inner
+    return bool(brackets)
 
 
-def loads_json(text: str | bytes, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
-    """`json.loads`, refusing JSON nested deeper than `max_depth` (JsonTooDeep) before it is parsed."""
+def loads_json(text: str | bytes, *, max_depth: int = MAX_JSON_DEPTH, **hooks: Any) -> Any:
+    """`json.loads(text, **hooks)`, refusing JSON nested deeper than `max_depth` (JsonTooDeep) before it is
+    parsed."""
     if isinstance(text, bytes | bytearray):
         text = bytes(text).decode("utf-8")
-    opened = text.count("[") + text.count("{")  # an upper bound of the depth: most texts stop here
-    depth = json_depth(text) if opened > max_depth else 0
-    if depth > max_depth:
-        raise JsonTooDeep(f"JSON nested {depth} levels deep, more than the {max_depth} allowed")
+    if json_too_deep(text, max_depth):
+        raise JsonTooDeep(max_depth)
     try:
-        return json.loads(text)
-    except RecursionError:  # a scan that missed something: still a clear error, never a traceback
-        raise JsonTooDeep(f"JSON nested more than the {max_depth} levels allowed") from None
+        return json.loads(text, **hooks)
+    except RecursionError:  # never expected after the scan: still a clear error, never a traceback
+        raise JsonTooDeep(max_depth) from None
 
 
 def read_json(path: str | os.PathLike[str], *, limit: int = CONFIG_LIMIT) -> Any:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from vllm_station import argtypes, report
+from vllm_station import argtypes, bounded, report
 from vllm_station.api import (
     ApiClient,
     ApiError,
@@ -179,7 +179,7 @@ def judge_tool_calls(calls: list[ToolCall], content: str | None) -> _ToolVerdict
     if call.name != "get_weather":
         return _ToolVerdict(False, f"tool call name is {call.name!r}, expected 'get_weather'")
     try:
-        args = json.loads(call.arguments)
+        args = bounded.loads_json(call.arguments)
     except ValueError as exc:
         return _ToolVerdict(
             False,

@@ -193,7 +193,7 @@ def _root_cause(exc: BaseException) -> BaseException:
 def _error_text(body: str) -> str:
     """The `error.message` (or `message`/`detail`) of a JSON error body, else the body itself."""
     try:
-        obj = json.loads(body)
+        obj = bounded.loads_json(body)
     except ValueError:
         return body
     if isinstance(obj, dict):
@@ -638,7 +638,7 @@ class ApiClient:
             if resp.status_code >= 300:
                 raise self._status_error(where, url, resp.status_code, text)
             try:
-                obj = json.loads(text)
+                obj = bounded.loads_json(text)
             except ValueError:
                 ctype = resp.headers.get("content-type", "none")
                 raise ProtocolError(
@@ -670,7 +670,7 @@ class ApiClient:
 
     def _parse_chunk(self, data: str, n: int, line: int, elapsed: float, where: str, url: str) -> ChatChunk:
         try:
-            obj = json.loads(data)
+            obj = bounded.loads_json(data)
         except ValueError:
             raise StreamError(
                 self._redact(f"{where}: event {n} (line {line}) is not JSON: {excerpt(data)!r}"), url=url

@@ -10,7 +10,6 @@ batch (parse.py). Auxiliary calls (/v1/models, /tokenize, /metrics) use aiohttp 
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from typing import Any
 
 import aiohttp
 
+from vllm_station import bounded
 from vllm_station.api.client import tls_context
 from vllm_station.bench.wire import RawResult, WireClient
 
@@ -130,7 +130,7 @@ class BenchClient:
         if truncated:
             return resp.status, None
         try:
-            return resp.status, json.loads(body)
+            return resp.status, bounded.loads_json(body)
         except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
             return resp.status, None
 

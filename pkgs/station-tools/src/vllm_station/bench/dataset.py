@@ -17,13 +17,13 @@ most `MAX_PROMPTS` prompts: it is read whole before the first request.
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vllm_station import bounded
 from vllm_station.errors import UsageError
 
 MAX_FILE_BYTES = 128 * 1024 * 1024
@@ -103,7 +103,7 @@ def parse_line(path: Path, line: int, raw: bytes) -> tuple[Messages, str]:
     except UnicodeDecodeError as exc:
         raise _bad(path, line, f"not UTF-8 (byte {exc.start})") from None
     try:
-        value = json.loads(text)
+        value = bounded.loads_json(text)
     except ValueError as exc:
         raise _bad(path, line, f"not JSON ({exc})") from None
     except RecursionError:

@@ -27,7 +27,7 @@ from typing import Any
 
 import aiohttp
 
-from vllm_station import argtypes
+from vllm_station import argtypes, bounded
 from vllm_station.api.client import STATUS_HINTS
 from vllm_station.api.sse import excerpt
 from vllm_station.bench import expect as expect_mod
@@ -222,7 +222,7 @@ async def _discover_model(client: BenchClient) -> str:
     except UnicodeDecodeError as exc:
         raise _not_a_list(url, f"an answer that is not UTF-8 (byte {exc.start})") from None
     try:
-        data = json.loads(text)
+        data = bounded.loads_json(text)
     except (ValueError, RecursionError):
         kind = got.content_type or "no content type"
         raise _not_a_list(url, f"a {kind} answer that is not JSON ({excerpt(text, 80)!r})") from None

@@ -10,9 +10,9 @@ coalesces under load, so the fallback can undercount).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
+from vllm_station import bounded
 from vllm_station.api.sse import excerpt
 from vllm_station.bench.wire import RawResult
 
@@ -124,7 +124,7 @@ def parse(raw: RawResult, expected_tokens: int | None) -> RequestResult:
             done = True
             continue
         try:
-            obj = json.loads(data)
+            obj = bounded.loads_json(data)
         except (ValueError, RecursionError):
             res.failure, res.detail = "malformed", f"event is not JSON: {_text(data)}"
             return res

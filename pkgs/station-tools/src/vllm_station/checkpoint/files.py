@@ -42,7 +42,7 @@ def load_json(path: Path) -> Any:
     except UnicodeDecodeError as exc:
         raise ValueError(f"not UTF-8 text: {exc}") from exc
     try:
-        return json.loads(text)
+        return bounded.loads_json(text)
     except json.JSONDecodeError as exc:
         raise ValueError(f"not valid JSON: {exc}") from exc
 

@@ -112,7 +112,7 @@ def _is_u64(value: Any) -> bool:
 def _parse(raw: bytes) -> dict[str, Any]:
     try:
         text = raw.decode("utf-8")
-        header = json.loads(
+        header = bounded.loads_json(
             text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant, parse_float=_finite
         )
     except UnicodeDecodeError as exc:

@@ -172,7 +172,7 @@ def read_stamp(dir_or_file: Path) -> Stamp:
     except UnicodeDecodeError as exc:
         raise StampError(path, f"not UTF-8 text: {exc}") from exc
     try:
-        data = json.loads(text)
+        data = bounded.loads_json(text)
     except json.JSONDecodeError as exc:
         raise StampError(path, f"not valid JSON: {exc}") from exc
     return Stamp.from_json(data, path)

@@ -482,7 +482,13 @@ def parse_expectations(arch: str | None, quant_algo: str | None, shards: int | N
     """Expectations from operator text: `arch` is "A" or "A,B". Raises UsageError."""
     if shards is not None and shards < 1:
         raise UsageError(f"--expect-shards must be at least 1, got {shards}")
-    arches = [a.strip() for a in arch.split(",") if a.strip()] if arch else None
+    arches = [a.strip() for a in arch.split(",") if a.strip()] if arch is not None else None
+    if arch is not None and not arches:  # '' or ',' would expect nothing and check nothing
+        raise UsageError(
+            f"--expect-arch {arch!r}: give an architecture, e.g. GlmMoeDsaForCausalLM (A,B: a list)"
+        )
+    if quant_algo is not None and not quant_algo.strip():
+        raise UsageError(f"--expect-quant-algo {quant_algo!r}: give a quant_algo, e.g. MIXED_PRECISION")
     return Expectations(arch=arches, quant_algo=quant_algo, shards=shards)
 
 

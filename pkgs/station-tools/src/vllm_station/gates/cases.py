@@ -278,7 +278,7 @@ def _parse_case(
 def _schema_problem(schema_json: str) -> str | None:
     """Why a tool's parameters are not a valid JSON schema (None: they are); each schema checked once."""
     try:
-        jsonschema.Draft202012Validator.check_schema(json.loads(schema_json))
+        jsonschema.Draft202012Validator.check_schema(bounded.loads_json(schema_json))
     except jsonschema.SchemaError as exc:
         return str(exc.message)
     return None

@@ -21,6 +21,7 @@ from typing import Any
 
 import jsonschema
 
+from vllm_station import bounded
 from vllm_station.api import ToolCall
 from vllm_station.api.sse import excerpt
 from vllm_station.gates import classes as C
@@ -54,7 +55,7 @@ class Answer:
 def parse_arguments(text: str) -> tuple[dict[str, Any] | None, str]:
     """(the arguments object, "") or (None, why not)."""
     try:
-        obj = json.loads(text)
+        obj = bounded.loads_json(text)
     except ValueError as exc:
         return None, f"not JSON ({exc}): {excerpt(text, 80)!r}"
     if not isinstance(obj, dict):

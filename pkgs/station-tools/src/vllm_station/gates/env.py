@@ -18,6 +18,8 @@ from typing import Any
 
 import jsonschema
 
+from vllm_station import bounded
+
 DOMAINS = ("calendar", "inventory", "files")
 
 S = {"type": "string"}
@@ -120,7 +122,7 @@ class Environment:
             if name is None or name not in self._schemas:
                 raise ToolError(f"unknown tool {name!r}; the tools are {', '.join(self._schemas)}")
             try:
-                args = json.loads(arguments) if arguments.strip() else {}
+                args = bounded.loads_json(arguments) if arguments.strip() else {}
             except ValueError as exc:
                 raise ToolError(f"the arguments are not JSON: {exc}") from None
             if not isinstance(args, dict):

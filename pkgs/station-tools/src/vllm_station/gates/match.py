@@ -18,6 +18,8 @@ import json
 import re
 from typing import Any
 
+from vllm_station import bounded
+
 _STRIP = re.compile(r"[\s,./\-_*^'\"`()!?:;]")
 
 
@@ -43,7 +45,7 @@ def matches(actual: Any, accepted: Any, *, exact: bool = False) -> bool:
             if not isinstance(actual, str):
                 return False
             try:
-                parsed = json.loads(actual)
+                parsed = bounded.loads_json(actual)
             except ValueError:
                 return False
             return matches(parsed, accepted["$json"], exact=True)

@@ -9,7 +9,6 @@ non-zero exit is a `RuntimeCommandError` that quotes it.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
@@ -19,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from vllm_station import bounded
 from vllm_station.errors import StationError, UsageError
 
 RUNTIMES = ("docker", "podman")
@@ -152,7 +152,7 @@ def inspect_image(runtime: Runtime, ref: str) -> ImageInfo | None:
             f"`{runtime.describe()} image inspect {ref}` failed (exit {proc.returncode}): {_message(out)}"
         )
     try:
-        data = json.loads(proc.stdout or b"[]")
+        data = bounded.loads_json(proc.stdout or b"[]")
         first = data[0] if isinstance(data, list) else data
         return ImageInfo(
             ref=ref,

@@ -12,7 +12,6 @@ Every line goes to `say` (stderr, prefixed `vllm-station pair:`); the return val
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import time
@@ -22,6 +21,7 @@ from typing import Any
 
 import httpx
 
+from vllm_station import bounded
 from vllm_station.errors import EXIT_FAIL, EXIT_OK, EXIT_UNREACHABLE, UsageError
 from vllm_station.net import bare_host, tcp_probe
 from vllm_station.polling import Tick, poll
@@ -68,7 +68,7 @@ def ask_beacon(client: httpx.Client, url: str, timeout: float) -> Answer:
     if status != 200:
         return Answer(False, True, f"HTTP {status} ({snippet!r}), not a beacon's /ready")
     try:
-        data: Any = json.loads(body)
+        data: Any = bounded.loads_json(body)
     except (ValueError, UnicodeDecodeError):
         return Answer(False, True, f"HTTP 200 but not JSON ({snippet!r}), not a beacon's /ready")
     if not isinstance(data, dict):

@@ -147,7 +147,7 @@ class PreflightConfig:
         except OSError as err:
             raise UsageError(f"cannot read preflight config {path}: {err.strerror or err}") from err
         try:
-            data = json.loads(text)
+            data = bounded.loads_json(text)
         except json.JSONDecodeError as err:
             raise UsageError(f"preflight config {path} is not valid JSON: {err}") from err
         try:

@@ -580,7 +580,7 @@ def fetch_peer_stamp(ctx: Context, source: str, timeout: float = PEER_STAMP_TIME
         if response.status_code != 200:
             raise ValueError(f"{source} answered HTTP {response.status_code}: {response.text[:120]!r}")
         try:
-            data = response.json()
+            data = bounded.loads_json(response.text)
         except json.JSONDecodeError as err:
             raise ValueError(f"{source} did not return JSON: {response.text[:80]!r}") from err
         return _check_stamp(data, source)

@@ -28,6 +28,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from vllm_station import bounded
 from vllm_station.gates import classes as C
 from vllm_station.gates.agent import AgentTask, load_agent_tasks
 from vllm_station.gates.cases import ToolCase, first_user_text, load_tool_cases
@@ -75,7 +76,7 @@ def _call_id(name: str, args: str, index: int) -> str:
 
 
 def _with_reasoning_in_first_string(args: str, reasoning: str) -> str:
-    obj = json.loads(args)
+    obj = bounded.loads_json(args)
     for key, value in obj.items():
         if isinstance(value, str):
             obj[key] = reasoning + " " + value
