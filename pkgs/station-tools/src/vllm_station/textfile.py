@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vllm_station import bounded
 from vllm_station.errors import StationError, UsageError
 
 log = logging.getLogger(__name__)
@@ -230,7 +231,7 @@ def export_nccl_transport(verdict: str, directory: Path | None = None) -> Path |
 def read(path: Path) -> dict[str, float]:
     """A textfile read back (tests, `station watchdog --json`): `name{labels}` -> value."""
     out: dict[str, float] = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in bounded.read_text(path, limit=bounded.SYSFS_LIMIT).splitlines():
         if not line or line.startswith("#"):
             continue
         key, _, value = line.rpartition(" ")

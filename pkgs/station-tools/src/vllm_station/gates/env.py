@@ -157,7 +157,9 @@ class Environment:
         return [ev for ev in self._events() if date is None or ev["date"] == date]
 
     def _create_event(self, title: str, date: str, start: str, duration_minutes: int) -> dict[str, Any]:
-        self.state["next_id"] = n = int(self.state.get("next_id", 100)) + 1
+        last = self.state.get("next_id", 100)  # a task file's initial state may hold anything
+        n = (last if isinstance(last, int) and not isinstance(last, bool) else 100) + 1
+        self.state["next_id"] = n
         ev = {
             "id": f"ev-{n}",
             "title": title,

@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from vllm_station import bounded
 from vllm_station import report as report_mod
 from vllm_station.bench.report import BenchReport
 from vllm_station.errors import UsageError
@@ -89,7 +90,7 @@ def _bench_plots(bench: BenchReport | None) -> str:
 
     with tempfile.TemporaryDirectory() as tmp:
         paths = write_plots(bench, Path(tmp))
-        return "".join(_img(p.read_bytes(), p.name) for p in paths)
+        return "".join(_img(bounded.read_bytes(p, limit=bounded.CONFIG_LIMIT), p.name) for p in paths)
 
 
 def _tools_section(rep: dict[str, Any]) -> str:

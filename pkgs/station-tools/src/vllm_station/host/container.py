@@ -109,7 +109,7 @@ def save_logs(runtime: Runtime, container: str, dest: Path) -> bool:
         with tmp.open("wb") as out:
             proc = runtime.run(["logs", container], stdout=out)
         if proc.returncode != 0:
-            output = tmp.read_bytes()[-4096:]
+            output = bounded.read_tail(tmp, limit=4096)[0]
             if _NO_CONTAINER.search(output.decode("utf-8", errors="replace")):
                 return False
             raise RuntimeCommandError(
