@@ -27,7 +27,7 @@ LAYER = {
 }
 # Other modules allowed one kind of call, each with its reason.
 ALLOWED: dict[tuple[str, str], str] = {
-    ("api/client.py", "read"): "`op.read_text()` is the HTTP response's body reader (the HTTP layer), not a file",
+    ("api/client.py", "read"): "`op.read_text()` reads the HTTP response's body (the HTTP layer), no file",
     ("gates/cases.py", "read"): "the shipped battery data through importlib.resources (package files, not a "
     "user's path); user files go through bounded.read_json",
     ("bench/modes.py", "read"): "`responses.open()` is ResponseLog's own method (it creates the "
@@ -63,7 +63,11 @@ def _is_user_value(node: ast.expr) -> bool:
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
         if node.func.attr == "get":
             return True
-        if node.func.attr == "getenv" and isinstance(node.func.value, ast.Name) and node.func.value.id == "os":
+        if (
+            node.func.attr == "getenv"
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "os"
+        ):
             return True
     if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute):
         return node.value.attr == "environ"
@@ -94,7 +98,11 @@ def scan(tree: ast.AST, module: str) -> list[Violation]:
             continue
         func = node.func
         code = ast.unparse(node)[:120]
-        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "bounded":
+        if (
+            isinstance(func, ast.Attribute)
+            and isinstance(func.value, ast.Name)
+            and func.value.id == "bounded"
+        ):
             continue  # the layer itself
         if isinstance(func, ast.Name) and func.id == "open" and _open_for_reading(node):
             out.append(Violation(module, node.lineno, "read", code))
@@ -108,9 +116,13 @@ def scan(tree: ast.AST, module: str) -> list[Violation]:
             and isinstance(func.value, ast.Name) and func.value.id == "json"
         ):  # fmt: skip
             out.append(Violation(module, node.lineno, "json", code))
-        elif isinstance(func, ast.Name) and func.id in ("int", "float") and node.args:
-            if _is_user_value(node.args[0]):
-                out.append(Violation(module, node.lineno, "number", code))
+        elif (
+            isinstance(func, ast.Name)
+            and func.id in ("int", "float")
+            and node.args
+            and _is_user_value(node.args[0])
+        ):
+            out.append(Violation(module, node.lineno, "number", code))
     return out
 
 

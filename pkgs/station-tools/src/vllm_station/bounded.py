@@ -152,6 +152,9 @@ def json_too_deep(text: str, max_depth: int = MAX_JSON_DEPTH) -> bool:
     if text.count("[") + text.count("{") <= max_depth:  # an upper bound of the depth: most texts stop here
         return False
     brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
+    # more openers in a row than the limit: too deep at once (the passes below remove one pair each there)
+    if re.search(r"[\[{]{%d}" % (max_depth + 1), brackets):  # noqa: UP031 - {} are the regex's own
+        return True
     for _ in range(max_depth):
         inner = _INNERMOST.sub("", brackets)
         if not inner or inner == brackets:  # within the limit, or unbalanced (json.loads says so)
