@@ -144,6 +144,12 @@ def test_tcp6_address_decoding(tmp_path: Path) -> None:
     assert sysfs.tcp_listeners(tmp_path, 8888) == [sysfs.Listener("0:0:0:0:0:0:0:1", 8888, 777, "tcp6")]
 
 
+def test_missing_proc_net_tcp_is_not_no_listener(tmp_path: Path) -> None:
+    """Neither /proc/net/tcp nor tcp6: the port check must not pass on "no listener" read from nothing."""
+    with pytest.raises(sysfs.HostReadError, match="cannot tell which ports are in use"):
+        sysfs.tcp_listeners(tmp_path, 8888)
+
+
 def test_garbled_proc_net_tcp(tmp_path: Path) -> None:
     write(tmp_path, "proc/net/tcp", "header\n 0: nonsense\n")
     with pytest.raises(sysfs.HostReadError, match="garbled line 2"):

@@ -191,7 +191,12 @@ def _decode_address(hex_addr: str, family: str) -> str:
 
 
 def tcp_listeners(root: Path, port: int | None = None) -> list[Listener]:
-    """Sockets in LISTEN state from `/proc/net/tcp` and `/proc/net/tcp6` (missing files: none)."""
+    """Sockets in LISTEN state from `/proc/net/tcp` and `/proc/net/tcp6` (one missing: no such family,
+    e.g. IPv6 off). Both missing is a HostReadError: "no listener" must not be concluded from no file."""
+    if not any((root / "proc/net" / family).exists() for family in ("tcp", "tcp6")):
+        raise HostReadError(
+            root / "proc/net/tcp", "missing (and tcp6 too): cannot tell which ports are in use"
+        )
     found: list[Listener] = []
     for family in ("tcp", "tcp6"):
         path = root / "proc/net" / family

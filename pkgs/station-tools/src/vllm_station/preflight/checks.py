@@ -541,7 +541,10 @@ def port(ctx: Context) -> CheckResult:
     cfg = ctx.config
     where = f"{cfg.host}:{cfg.port}"
     threshold = f"{where} free (or held by {OUR_UNIT})"
-    listeners = sysfs.tcp_listeners(ctx.root, cfg.port)
+    try:
+        listeners = sysfs.tcp_listeners(ctx.root, cfg.port)
+    except sysfs.HostReadError as err:  # e.g. no /proc/net/tcp: "free" must not be concluded from nothing
+        return _read_failure("port", err)
     if ctx.live:
         err = _bind_probe(cfg.host, cfg.port)
         if err == errno.EADDRNOTAVAIL:
