@@ -292,7 +292,7 @@ def test_wait_worker_nothing_answers_is_exit_3(host: str, capsys: pytest.Capture
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--url", "ftp://127.0.0.2/ready"], "--url must be an http(s) URL"),
+        (["--url", "ftp://127.0.0.2/ready"], "--url: must be an http:// or https:// URL"),
         (["--timeout", "0"], "--timeout: must be a number of seconds from more than 0"),
         (["--timeout", "nan"], "--timeout: must be a number of seconds"),
         (["--interval", "-1"], "--interval: must be a number of seconds"),

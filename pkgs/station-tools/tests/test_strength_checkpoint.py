@@ -205,10 +205,10 @@ def test_mismatches_show_both_hash_prefixes(ckpt: Path) -> None:
 
 def test_a_file_that_cannot_be_hashed_is_a_problem_not_a_traceback(ckpt: Path) -> None:
     record(ckpt, **{"notes.txt": RecordedFile(size=None, git_blob_sha1="0" * 40)})
-    os.mkfifo(ckpt / "notes.txt")  # listed (stat works), refused when opened for hashing
+    os.mkfifo(ckpt / "notes.txt")  # refused when listed (a checkpoint holds regular files only)
     report = check(ckpt)
     assert [p.path for p in report.problems] == ["notes.txt"]
-    assert report.problems[0].problem.startswith("cannot read: ")
+    assert report.problems[0].problem.startswith("it is a FIFO (named pipe)")
     assert not report.sha256_checked
 
 
@@ -816,7 +816,12 @@ def test_parse_expectations() -> None:
     expected = Expectations(arch=["A", "B"], quant_algo="NVFP4", shards=1)
     assert parse_expectations(" A, B,, ", "NVFP4", 1) == expected
     assert parse_expectations("A B", None, None) == Expectations(arch=["A B"])
-    assert parse_expectations("", None, None) == Expectations()
+    assert parse_expectations(None, None, None) == Expectations()
+    for empty in ("", ",", " , "):  # would expect nothing and check nothing
+        with pytest.raises(UsageError, match="--expect-arch"):
+            parse_expectations(empty, None, None)
+    with pytest.raises(UsageError, match="--expect-quant-algo"):
+        parse_expectations(None, " ", None)
     with pytest.raises(UsageError) as err:
         parse_expectations(None, None, 0)
     assert str(err.value) == "--expect-shards must be at least 1, got 0"

@@ -117,6 +117,8 @@ def _parse(raw: bytes) -> dict[str, Any]:
         )
     except UnicodeDecodeError as exc:
         raise ShardError(f"header is not UTF-8: {exc}") from exc
+    except bounded.JsonTooDeep as exc:
+        raise ShardError("header JSON is nested too deeply") from exc
     except json.JSONDecodeError as exc:
         raise ShardError(f"header is not valid JSON: {exc}") from exc
     except RecursionError as exc:
