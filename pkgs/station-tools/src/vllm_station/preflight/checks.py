@@ -543,8 +543,8 @@ def port(ctx: Context) -> CheckResult:
     threshold = f"{where} free (or held by {OUR_UNIT})"
     try:
         listeners = sysfs.tcp_listeners(ctx.root, cfg.port)
-    except sysfs.HostReadError as err:  # e.g. no /proc/net/tcp: "free" must not be concluded from nothing
-        return _read_failure("port", err)
+    except sysfs.HostReadError as read_err:  # no /proc/net/tcp: "free" must not be concluded from nothing
+        return _read_failure("port", read_err)
     if ctx.live:
         err = _bind_probe(cfg.host, cfg.port)
         if err == errno.EADDRNOTAVAIL:
