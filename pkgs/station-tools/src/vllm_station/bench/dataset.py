@@ -104,6 +104,8 @@ def parse_line(path: Path, line: int, raw: bytes) -> tuple[Messages, str]:
         raise _bad(path, line, f"not UTF-8 (byte {exc.start})") from None
     try:
         value = bounded.loads_json(text)
+    except bounded.JsonTooDeep:
+        raise _bad(path, line, "nested too deeply") from None
     except ValueError as exc:
         raise _bad(path, line, f"not JSON ({exc})") from None
     except RecursionError:

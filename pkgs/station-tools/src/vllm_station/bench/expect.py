@@ -162,8 +162,7 @@ def evaluate(exps: list[Expectation], levels: list[LevelReport]) -> list[ExpectR
             out.append(ExpectResult(e.text, None, None, False, f"{e.metric}: no level ran, nothing measured"))
         for lv in targets:
             if lv.ok == 0:
-                detail = f"{lv.name}: no request succeeded, {e.metric} not measured"
-                out.append(ExpectResult(e.text, lv.name, None, False, detail))
+                out.append(ExpectResult(e.text, lv.name, None, False, f"{lv.name}: {e.metric} not measured"))
                 continue
             v = value_of(lv, e.metric)
             if v is None:
