@@ -3,6 +3,8 @@ what Nix renders through the Python reader (a key renamed on one side fails here
 
 - /etc/vllm-station/preflight.json of every example → `PreflightConfig` (strict: every key required,
   unknown keys refused);
+- /etc/vllm-station/golive.json (the flash example with golive on) → golive's strict reader (every
+  value through its option's own type and range);
 - the stamp's file name: modules/lib/contract.nix ↔ `vllm_station.checkpoint.STAMP_NAME`;
 - the preflight config's path: the contract ↔ the path the modules pass to `station preflight`.
 """
@@ -12,15 +14,22 @@ from __future__ import annotations
 import functools
 import json
 import os
+from pathlib import Path
 from typing import Any
 
 import pytest
 from nixenv import REPO, eval_json, require_nix, require_tree
+from vllm_station import golive
 from vllm_station.checkpoint import STAMP_NAME
+from vllm_station.cli import build_parser as golive_parser_of
 from vllm_station.preflight.core import PreflightConfig
 
 pytestmark = pytest.mark.nix_nixos
 EXAMPLES = ["flash-station", "cpu-station", "station-a", "station-b"]
+
+
+def golive_parser() -> Any:
+    return golive_parser_of("golive")
 
 
 @functools.cache
@@ -50,6 +59,20 @@ def test_rendered_preflight_config_loads_strictly(example: str) -> None:
         assert config.pair.peer_stamp_url and config.pair.peer_stamp_url.endswith("/stamp")
     else:
         assert config.pair is None
+
+
+def test_rendered_golive_config_passes_golive_strict_reader(tmp_path: Path) -> None:
+    """golive reads every value through its option's own type (exit 2 on a wrong type or range): what
+    the module renders must pass that reader as it is, with the module's defaults."""
+    text = _rendered()["goliveJson"]
+    path = tmp_path / "golive.json"
+    path.write_text(text)
+    cfg = golive._load_config(path)
+    args = golive_parser().parse_args(["golive", "--config", str(path)])
+    plan = golive.make_plan(args, cfg)
+    assert plan.bench_levels == cfg["bench"]["concurrency"] and plan.bench_requests == cfg["bench"]["requests"]
+    assert plan.needle_lengths == cfg["needle"]["lengths"] and plan.agent_repeats == cfg["agent"]["repeats"]
+    assert plan.timeout == cfg["timeout"] and str(plan.out) == cfg["outDir"]
 
 
 def test_a_renamed_key_is_refused() -> None:

@@ -26,9 +26,20 @@ let
       # What the unit passes to `vllm serve`, exactly: the model first, then the flags.
       vllmArgs = map builtins.unsafeDiscardStringContext config.services.vllm-station.serve.vllmArgs;
     };
+  # golive's settings file (`station golive --config`), from the flash example with golive on.
+  goliveJson =
+    let
+      config =
+        (evalExample [
+          ../examples/flash-station.nix
+          { services.vllm-station.golive.enable = true; }
+        ] "x86_64-linux").config;
+    in
+    builtins.unsafeDiscardStringContext config.environment.etc."vllm-station/golive.json".text;
 in
 {
   inherit (contract) stampName preflightConfig pairEnvFile;
+  inherit goliveJson;
   # The vLLM release the presets' flags were checked against.
   checkedWith = import ../../modules/presets/checked-with.nix;
   examples = lib.mapAttrs artifacts examples;
