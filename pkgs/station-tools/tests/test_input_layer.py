@@ -7,6 +7,7 @@ machine down; real servers (`station simulate`) where a server-reported size is 
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import resource
@@ -15,6 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from simserver import SimServer
 
 from vllm_station import argtypes, bounded
@@ -300,3 +303,24 @@ def test_malformed_inputs_are_exit_2(argv: list[str], capsys: pytest.CaptureFixt
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and "error" in err
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    data=st.binary(max_size=400).map(lambda b: b.replace(b"\x00", b"\n")),
+    cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=8),
+    max_line=st.integers(min_value=1, max_value=40),
+)
+def test_line_splitter_cuts_lines_however_the_stream_is_split(
+    data: bytes, cuts: list[int], max_line: int
+) -> None:
+    """The same lines (each cut at max_line) whatever the chunks; never more than max_line buffered."""
+    splitter = bounded.LineSplitter(max_line)
+    got: list[bytes] = []
+    edges = sorted({0, len(data), *(c for c in cuts if c <= len(data))})
+    for a, b in itertools.pairwise(edges):
+        got += splitter.feed(data[a:b])
+        assert len(splitter._buf) <= max_line
+    *lines, last = data.split(b"\n")
+    assert got == [line[:max_line] for line in lines]
+    assert splitter.flush() == last[:max_line]
