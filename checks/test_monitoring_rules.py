@@ -179,7 +179,7 @@ def test_amtool_checks_the_rendered_alertmanager_config(r: Rendered, tmp_path: P
     assert email["auth_password"] == "${VLLM_STATION_SMTP_PASSWORD}"
     assert "auth_password_file" not in email
     unit = r.units["alertmanager.service"]
-    assert "EnvironmentFile=/run/secrets/alertmanager-smtp.env" in unit.splitlines()
+    assert "EnvironmentFile=/var/lib/vllm-station-secrets/alertmanager-smtp.env" in unit.splitlines()
     assert not any(line.startswith("LoadCredential") for line in unit.splitlines())  # nixpkgs' unit, not edited
     assert "--web.listen-address 127.0.0.1:9093" in unit
 

@@ -14,7 +14,7 @@
       # /tokenize, /metrics … must not be reachable from the network. The network's endpoint is the
       # gateway below (TLS, API keys, an allowlist).
       host = "127.0.0.1";
-      apiKeyFile = "/run/secrets/vllm-api-key";
+      apiKeyFile = "/var/lib/vllm-station-secrets/vllm-api-key";
       # The preset serves /var/lib/vllm-station-models/glm53-flash, the verified local copy that the
       # download unit below writes; the unit refuses to start without its stamp.
       preflight.enable = true;

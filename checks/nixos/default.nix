@@ -124,7 +124,7 @@ let
           "--timeout"
           "840"
           "--api-key-file"
-          "/run/secrets/vllm-api-key"
+          "/var/lib/vllm-station-secrets/vllm-api-key"
         ]
         ++ eq "TimeoutStartSec" (v "TimeoutStartSec") [ "900" ]
         ++ ok "engine-ready timeout raised" (lib.elem "VLLM_ENGINE_READY_TIMEOUT_S=900" envFlags);
@@ -135,7 +135,7 @@ let
         ++ ok "compile cache in the cache dir" (lib.elem "VLLM_CACHE_ROOT=/var/cache/vllm-station/vllm" envFlags)
         ++ ok "cache dir mounted" (lib.elem "/var/cache/vllm-station:/var/cache/vllm-station" start);
       api-key-not-in-unit =
-        eq "LoadCredential" (v "LoadCredential") [ "api-key:/run/secrets/vllm-api-key" ]
+        eq "LoadCredential" (v "LoadCredential") [ "api-key:/var/lib/vllm-station-secrets/vllm-api-key" ]
         ++ eq "station exec hands the credential over" (lib.take 6 start) [
           station
           "exec"
