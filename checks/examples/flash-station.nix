@@ -32,8 +32,10 @@
     gateway = {
       enable = true;
       serverName = "llm.example.com";
-      tls.certificateFile = "/var/lib/vllm-station-secrets/gateway/fullchain.pem";
-      tls.keyFile = "/var/lib/vllm-station-secrets/gateway/key.pem";
+      # nginx reads these itself: readable by its group, so not in the root-only secrets directory.
+      tls.certificateFile = "/var/lib/vllm-station-gateway/fullchain.pem";
+      tls.keyFile = "/var/lib/vllm-station-gateway/key.pem";
+      # The keys are loaded by systemd (root): they stay in the root-only, persistent secrets directory.
       keys = {
         alice.file = "/var/lib/vllm-station-secrets/gateway/alice";
         # golive's needle gate counts tokens at /tokenize: an operator key, with limits above what

@@ -57,8 +57,8 @@ in
     gateway = lib.mkIf isHead {
       enable = true;
       serverName = "llm.example.com";
-      tls.certificateFile = "/var/lib/vllm-station-secrets/gateway/fullchain.pem";
-      tls.keyFile = "/var/lib/vllm-station-secrets/gateway/key.pem";
+      tls.certificateFile = "/var/lib/vllm-station-gateway/fullchain.pem";
+      tls.keyFile = "/var/lib/vllm-station-gateway/key.pem";
       keys.alice.file = "/var/lib/vllm-station-secrets/gateway/alice";
       openFirewall = true; # 443 only
     };
