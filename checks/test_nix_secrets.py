@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from nixenv import CACHE, REPO, eval_json, require_nix, require_tree, run_nix
+from nixenv import CACHE, REPO, eval_json, exposure, require_nix, require_tree, run_nix
 from vllm_station import secrets
 
 pytestmark = pytest.mark.nix_nixos
@@ -181,3 +181,16 @@ def test_the_rendered_manifest_names_the_option_and_the_file_when_one_is_missing
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
     assert report["ok"] and len(report["secrets"]) == sum(len(e) for e in placed["units"].values())
+
+
+def test_the_check_units_exposure(tmp_path: Path) -> None:
+    """`systemd-analyze security` of the check unit as rendered (systemd 252: 1.9). It is root, outside a
+    user namespace and may read any file (CAP_DAC_READ_SEARCH), as systemd is when it loads the files;
+    it has no network and opens no file for writing. A change that loosens it further fails."""
+    names = [n for n in VARIANTS if n.endswith("-activation") and _tree(n.split("-")[0]) is not None]
+    if not names:
+        _require_tree("sops")
+    template = _variant(names[0])["units"]["vllm-station-secrets@.service"]
+    score = exposure("vllm-station-secrets@vllm-station.service", template, tmp_path)
+    print(f"systemd-analyze security exposure of vllm-station-secrets@.service: {score}")
+    assert score <= 1.9
