@@ -51,7 +51,7 @@ def require_nix() -> Path:
 
 
 # Where developers fetch each tree (README, Tests); scripts/check sets the variable when it is there.
-TREE_DIRS = {"NIXPKGS_LIB": "nixpkgs-lib", "NIXOS_TREE": "nixos"}
+TREE_DIRS = {"NIXPKGS_LIB": "nixpkgs-lib", "NIXOS_TREE": "nixos", "SOPS_NIX_TREE": "sops-nix", "AGENIX_TREE": "agenix"}
 
 
 def require_tree(var: str, marker_file: str, what: str) -> Path:

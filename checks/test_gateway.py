@@ -23,6 +23,7 @@ import ssl
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -150,19 +151,19 @@ def new_entries(
 def test_keys_unit_runs_before_nginx_with_credentials_only(env: Env) -> None:
     unit = env.rendered["example"]["keysUnit"]
     assert unit_values(unit, "Before") == ["nginx.service"]
-    assert unit_values(unit, "PartOf") == [
-        "nginx.service"
-    ]  # `systemctl restart nginx` re-reads the keys
+    # `systemctl restart nginx` re-reads the keys; so does a restart of the serving unit, whose key
+    # (serve.apiKeyFile) the gateway sends to the stations: the station key's rotation (docs/secrets.md)
+    assert unit_values(unit, "PartOf") == ["nginx.service vllm-station.service"]
     assert unit_values(unit, "User") == ["nginx"]
     assert unit_values(unit, "RuntimeDirectoryMode") == ["0700"]
     assert sorted(unit_values(unit, "LoadCredential")) == [
-        "key-alice:/run/secrets/gateway/alice",
-        "key-batch:/run/secrets/gateway/batch",
-        "key-bench:/run/secrets/gateway/bench",
-        "key-bob:/run/secrets/gateway/bob",
-        "key-limited:/run/secrets/gateway/limited",
-        "key-ops:/run/secrets/gateway/ops",
-        "upstream-key:/run/secrets/vllm-api-key",
+        "key-alice:/var/lib/vllm-station-secrets/gateway/alice",
+        "key-batch:/var/lib/vllm-station-secrets/gateway/batch",
+        "key-bench:/var/lib/vllm-station-secrets/gateway/bench",
+        "key-bob:/var/lib/vllm-station-secrets/gateway/bob",
+        "key-limited:/var/lib/vllm-station-secrets/gateway/limited",
+        "key-ops:/var/lib/vllm-station-secrets/gateway/ops",
+        "upstream-key:/var/lib/vllm-station-secrets/vllm-api-key",
     ]
     argv = exec_argv(unit)
     assert argv[1:7] == [
@@ -320,6 +321,85 @@ def test_key_rotation_by_reload_and_a_bad_file_keeps_the_running_keys(env: Env) 
     _reload(env.gw)  # nginx reloads the last good maps
     with env.gw.client(good_bob) as c:
         assert c.get("/v1/models").status_code == 200
+
+
+def test_a_stream_in_flight_survives_a_key_rotation_by_the_keys_unit(env: Env) -> None:
+    """`systemctl restart vllm-station-gateway-keys` as the rendered unit does it: its ExecStart
+    (`station gateway keys`) and then, only when that succeeded (systemd runs ExecStartPost after a
+    successful ExecStart), its ExecStartPost: a reload of nginx (nixpkgs' ExecReload sends SIGHUP).
+    nginx is not restarted: its master process stays, the old workers finish their streams."""
+    unit = env.rendered["example"]["keysUnit"]
+    post = exec_argv(unit, "ExecStartPost")
+    assert post[0].endswith("/bin/systemctl") and post[1:] == ["--no-block", "try-reload-or-restart", "nginx.service"]
+    assert unit_values(unit, "ExecStartPost")[0].startswith("+")  # root's call to the system manager
+    assert unit_values(unit, "PartOf")[0].split()[0] == "nginx.service"
+    # its only requirement is its secrets check: nothing ties nginx's life to this unit
+    assert [v.split("@")[0] for v in unit_values(unit, "Requires")] == ["vllm-station-secrets"]
+
+    sid = session_on(env, "station-c")  # 30 ms between tokens: 150 tokens take ~4.5 s
+    old, new = env.keys["alice"], new_key("alice")
+    master = env.gw.proc.pid if env.gw.proc else None
+    tokens: list[str] = []
+    ended: list[str] = []
+    started = threading.Event()
+
+    def stream() -> None:
+        with env.gw.client(old, timeout=60) as c, c.stream(
+            "POST", "/v1/chat/completions", json=chat_body(max_tokens=150, stream=True),
+            headers={"X-Session-ID": sid},
+        ) as resp:  # fmt: skip
+            ended.append(str(resp.status_code))
+            for line in resp.iter_lines():
+                compact = line.replace(" ", "")
+                if line.startswith("data: {") and '"content":"' in compact and '"content":""' not in compact:
+                    tokens.append(line)  # a token (the first chunk's empty content is not one)
+                    started.set()
+                elif line == "data: [DONE]":
+                    ended.append("[DONE]")
+
+    worker = threading.Thread(target=stream)
+    worker.start()
+    try:
+        assert started.wait(30), "the stream did not start"
+        before = _workers(env.gw)
+        # the rotation: alice's file now holds only the new key
+        env.gw.keys["alice"] = new
+        assert env.gw.run_keys().returncode == 0
+        assert env.gw.proc is not None
+        os.kill(env.gw.proc.pid, signal.SIGHUP)  # the ExecStartPost's reload
+        deadline = time.monotonic() + 30
+        while not (_workers(env.gw) - before):
+            assert time.monotonic() < deadline, "nginx started no new workers within 30 s"
+            time.sleep(0.05)
+        in_flight = len(tokens)
+        with env.gw.client(new) as c:
+            assert c.get("/v1/models").status_code == 200
+        with env.gw.client(old) as c:
+            error_of(c.get("/v1/models"), 401)
+        assert worker.is_alive() and in_flight < 150, "the stream ended before the rotation was checked"
+    finally:
+        worker.join(60)
+    env.keys["alice"] = new
+    figure("stream across a key rotation (tokens before the reload / in all)", f"{in_flight} / {len(tokens)}")
+    assert ended == ["200", "[DONE]"], ended
+    assert len(tokens) == 150  # every token of the stream that began with the retired key
+    assert env.gw.proc is not None and env.gw.proc.pid == master and env.gw.proc.poll() is None
+
+    # a bad key file: the unit's ExecStart fails (exit 2, the file and line named), so no reload runs;
+    # the maps stay, and even a later reload of nginx serves the keys it had
+    maps = (env.gw.run_dir / "keys.map").read_text()
+    good_bob = env.keys["bob"]
+    env.gw.keys["bob"] = "x" * 300
+    bad = env.gw.run_keys()
+    assert bad.returncode == 2, bad.stderr
+    assert "key-bob line 1: a key is 16-256 characters" in bad.stderr and "(this one has 300 characters)" in bad.stderr
+    assert (env.gw.run_dir / "keys.map").read_text() == maps
+    _reload(env.gw)
+    for key in (good_bob, new):
+        with env.gw.client(key) as c:
+            assert c.get("/v1/models").status_code == 200
+    env.gw.keys["bob"] = good_bob
+    assert env.gw.run_keys().returncode == 0
 
 
 # ---- the allowlist ---------------------------------------------------------------------------------

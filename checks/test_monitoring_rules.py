@@ -179,7 +179,7 @@ def test_amtool_checks_the_rendered_alertmanager_config(r: Rendered, tmp_path: P
     assert email["auth_password"] == "${VLLM_STATION_SMTP_PASSWORD}"
     assert "auth_password_file" not in email
     unit = r.units["alertmanager.service"]
-    assert "EnvironmentFile=/run/secrets/alertmanager-smtp.env" in unit.splitlines()
+    assert "EnvironmentFile=/var/lib/vllm-station-secrets/alertmanager-smtp.env" in unit.splitlines()
     assert not any(line.startswith("LoadCredential") for line in unit.splitlines())  # nixpkgs' unit, not edited
     assert "--web.listen-address 127.0.0.1:9093" in unit
 
@@ -269,16 +269,19 @@ def test_every_rule_and_panel_names_a_metric(r: Rendered) -> None:
 
 
 def test_the_units_command_lines_parse_with_the_real_station_cli(r: Rendered) -> None:
-    for unit, command in (
-        ("vllm-station-probe.service", "probe"),
-        ("vllm-station-watchdog.service", "watchdog"),
+    for unit, command, key in (
+        # the probe loads the key at each run (a credential); the watchdog reads the file itself, again
+        # when it changes: a rotation needs no restart of it (docs/secrets.md)
+        ("vllm-station-probe.service", "probe", "%d/api-key"),
+        ("vllm-station-watchdog.service", "watchdog", "/var/lib/vllm-station-secrets/vllm-api-key"),
     ):
         argv = r.unit_argv(unit)
         assert argv[0].endswith("/bin/station") and argv[1] == command
         args = cli.build_parser(command).parse_args(argv[1:])
         assert args.base_url == "http://127.0.0.1:8888" and args.model == "glm-5.3-flash"
-        assert args.api_key_file == "%d/api-key", "the key comes from the unit's credential"
+        assert args.api_key_file == key
         assert str(args.textfile_dir) == r.textfile_dir
+        assert f"vllm-station-secrets@{unit}" in r.units[unit], "the key is checked before the unit starts"
     watchdog = cli.build_parser("watchdog").parse_args(r.unit_argv("vllm-station-watchdog.service")[1:])
     assert watchdog.unit == "vllm-station.service" and watchdog.systemctl.endswith("/bin/systemctl")
     assert (watchdog.interval, watchdog.probe_timeout, watchdog.wedge_verdicts) == (

@@ -238,6 +238,38 @@ def test_download_unit_is_bound_to_node_0_and_stamps(flash: Station, hub: Any) -
     assert stamp["revision"] == FLASH_REVISION
 
 
+def test_a_missing_key_fails_the_start_naming_the_option_not_243(flash: Station) -> None:
+    """The key file gone (a key put in /run by hand, after a reboot): the serving unit's secrets check
+    fails first, naming serve.apiKeyFile and the file; the unit itself never runs a command, so it
+    never fails with 243/CREDENTIALS. With the key back, the same start passes the check, which stays
+    inactive (it runs again at every start). The checkpoint is verified by now: nothing else refuses."""
+    st = flash
+    m = st.machine
+    check = "vllm-station-secrets@vllm-station.service"
+    before = st.state()["InvocationID"]
+    m.run(["mv", API_KEY_PATH, f"{API_KEY_PATH}.away"])
+    try:
+        proc = m.run(["systemctl", "start", SERVE], check=False, timeout=120)
+        assert proc.returncode != 0
+        assert "dependency" in proc.stderr.lower(), proc.stderr
+        c = st.state(check)
+        assert (c["ActiveState"], c["Result"], c["ExecMainStatus"]) == ("failed", "exit-code", "1"), c
+        said = m.journal(check)
+        assert f"services.vllm-station.serve.apiKeyFile: {API_KEY_PATH} does not exist." in said, said
+        assert "vllm-station loads it at each start" in said
+        s = st.state()
+        assert s["ActiveState"] != "active" and s["ExecMainStatus"] != "243", s
+        assert "243/CREDENTIALS" not in m.journal(SERVE)
+        assert s["InvocationID"] == before, "the unit was started: its commands ran"
+    finally:
+        m.run(["mv", f"{API_KEY_PATH}.away", API_KEY_PATH])
+        m.systemctl("reset-failed", check, check=False)
+        _reset(st)
+    m.systemctl("start", check)  # with the key back: passes
+    c = st.state(check)
+    assert (c["ActiveState"], c["Result"]) == ("inactive", "success"), c
+
+
 def test_first_start_runs_the_sequence_then_is_active_only_when_serving(
     flash: Station,
 ) -> None:

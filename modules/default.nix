@@ -18,6 +18,7 @@ in
     ./station-listener.nix
     ./monitoring.nix
     ./golive.nix
+    ./secrets.nix
   ];
 
   options.services.vllm-station.package = mkOption {

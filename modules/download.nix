@@ -366,7 +366,7 @@ let
   servedRevisions = lib.unique (
     lib.filter (r: r != null) (lib.mapAttrsToList (_: m: m.revision) matchingDownloads)
   );
-  isSecretPath = path: path == null || (lib.hasPrefix "/" path && !lib.hasPrefix builtins.storeDir path);
+  inherit (contract) isSecretPath;
 in
 {
   options.services.vllm-station.download = {

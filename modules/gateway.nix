@@ -8,9 +8,13 @@
 #   services.nginx.commonHttpConfig                     the log format, key/limit maps, limit zones
 #   systemd.services.vllm-station-gateway-keys          runs before nginx (and with each restart of it):
 #       `station gateway keys` turns the API key files (systemd credentials, never in the store) into
-#       the map nginx includes, /run/vllm-station-gateway/keys.map, readable by nginx's user only.
+#       the map nginx includes, /run/vllm-station-gateway/keys.map, readable by nginx's user only; then
+#       reloads nginx if it runs. A restart of this unit is a key rotation: nginx reloads (streams in
+#       flight complete), it never restarts; a bad key file fails this unit and changes nothing.
 # nginx's own unit belongs to nixpkgs' module and is not edited: this unit is ordered before it and
-# required by it (`requiredBy`, `before`, `partOf` on this side).
+# wanted by it (`wantedBy`, `before`, `partOf` on this side). Wanted, not required: a required unit's
+# restart restarts nginx, and its failure would stop it; nginx without a keys map refuses its
+# configuration (an `include` of a missing file), so the gateway still fails closed.
 #
 # A request: `location = <allowlisted path>` refuses a request without a known key (401) or whose key's
 # role may not use the path (403), records the path it chose ($vllm_station_path, a literal of this
@@ -73,7 +77,7 @@ let
   # nginx writes request headers (both values of a duplicate Authorization, in full) at these levels.
   verboseErrorLog = builtins.match "(.*[[:space:]])?(info|debug)([[:space:]].*)?" nginx.logError != null;
 
-  isSecretPath = path: path == null || (lib.hasPrefix "/" path && !lib.hasPrefix builtins.storeDir path);
+  inherit (contract) isSecretPath;
   validName = name: builtins.match "[A-Za-z0-9_-]{1,64}" name != null;
 
   # ---- limits: a group per distinct set of limits; keys without their own share "default" ----
@@ -399,6 +403,36 @@ let
       (specifier "%d/upstream-key")
     ]
   );
+  # The key files, checked before the keys unit loads them (modules/secrets.nix).
+  secretFiles =
+    lib.mapAttrsToList (name: key: {
+      option = "services.vllm-station.gateway.keys.${name}.file";
+      path = key.file;
+    }) cfg.keys
+    ++ optional (cfg.keysDirectory != null) {
+      option = "services.vllm-station.gateway.keysDirectory";
+      path = cfg.keysDirectory;
+      kind = "directory";
+    }
+    ++ optional (cfg.upstreamApiKeyFile != null) {
+      option = "services.vllm-station.gateway.upstreamApiKeyFile";
+      path = cfg.upstreamApiKeyFile;
+    };
+  secretsCheck = [ (contract.secretsCheckUnit keysUnit) ];
+  # The stations' key is this station's own (the default): its rotation — a restart of the serving
+  # unit (docs/secrets.md) — re-reads it here too, and nginx reloads with it.
+  followsStationKey = serve.enable && serve.apiKeyFile != null && cfg.upstreamApiKeyFile == serve.apiKeyFile;
+  # After the maps are written: nginx reloads when it runs (`try-`: nothing when it does not, e.g. at
+  # boot, where it starts after this unit). `--no-block`: nginx is ordered after this unit, so its
+  # reload job waits for this start to finish. `+`: the system manager is root's to call.
+  reloadNginx =
+    "+"
+    + utils.escapeSystemdExecArgs [
+      (lib.getExe' config.systemd.package "systemctl")
+      "--no-block"
+      "try-reload-or-restart"
+      "nginx.service"
+    ];
   credentials =
     lib.mapAttrsToList (name: key: "key-${name}:${key.file}") cfg.keys
     ++ optional (cfg.keysDirectory != null) "${keyDirCredential}:${cfg.keysDirectory}"
@@ -496,10 +530,12 @@ in
           options = {
             file = mkOption {
               type = types.str;
-              example = "/run/secrets/gateway/alice";
+              example = "${contract.secretsDir}/gateway-alice";
               description = ''
-                File holding this name's key (one a line: several lines rotate keys). Read at each
-                start of nginx through systemd's `LoadCredential=`; never copied to the Nix store.
+                File holding this name's key (one a line: several lines rotate keys). Read by the keys
+                unit at its start (and at each start of nginx) through systemd's `LoadCredential=`;
+                never copied to the Nix store. After changing it, `systemctl restart
+                vllm-station-gateway-keys` reloads nginx with it (docs/gateway.md).
                 Keys are 16 to 256 characters of `A-Z a-z 0-9 - . _ ~ + / =`.
               '';
             };
@@ -522,8 +558,8 @@ in
       default = { };
       example = literalExpression ''
         {
-          alice.file = "/run/secrets/gateway/alice";
-          batch = { file = "/run/secrets/gateway/batch"; limits = { connections = 128; rate = "50r/s"; }; };
+          alice.file = "${contract.secretsDir}/gateway-alice";
+          batch = { file = "${contract.secretsDir}/gateway-batch"; limits = { connections = 128; rate = "50r/s"; }; };
         }
       '';
       description = ''
@@ -537,7 +573,7 @@ in
     keysDirectory = mkOption {
       type = types.nullOr types.str;
       default = null;
-      example = "/run/secrets/gateway-keys";
+      example = "${contract.secretsDir}/gateway-keys";
       description = ''
         A directory of key files (name = file name, `A-Z a-z 0-9 _ -`), read at each start like
         `keys.<name>.file`; its keys get the default `limits` and the `user` role.
@@ -758,7 +794,7 @@ in
       }
       {
         assertion = cfg.keys != { } || cfg.keysDirectory != null;
-        message = "services.vllm-station.gateway: no API keys; declare keys.<name>.file = \"/run/secrets/…\" or keysDirectory.";
+        message = "services.vllm-station.gateway: no API keys; declare keys.<name>.file = \"${contract.secretsDir}/…\" or keysDirectory.";
       }
       {
         assertion = cfg.tls.acme != (cfg.tls.certificateFile != null && cfg.tls.keyFile != null);
@@ -896,13 +932,21 @@ in
       };
     };
 
+    # A switch that changes the gateway's nginx configuration (a key added, a limit changed) reloads
+    # nginx instead of restarting it: streams in flight complete.
+    services.nginx.enableReload = lib.mkDefault true;
+
+    services.vllm-station.secrets.units.${keysUnit} = secretFiles;
+
     systemd.services.${keysUnit} = {
       description = "API keys of the vllm-station gateway, for nginx";
       before = [ "nginx.service" ];
-      requiredBy = [ "nginx.service" ];
-      # A restart of nginx reads the keys again first. Rotation without dropping a connection:
-      # `systemctl restart vllm-station-gateway-keys && systemctl reload nginx`.
-      partOf = [ "nginx.service" ];
+      wantedBy = [ "nginx.service" ];
+      after = secretsCheck;
+      requires = secretsCheck;
+      # A restart of nginx reads the keys again first. A rotation is `systemctl restart
+      # vllm-station-gateway-keys`: the maps are written, then nginx reloads (ExecStartPost).
+      partOf = [ "nginx.service" ] ++ optional followsStationKey "${contract.unit}.service";
       serviceConfig = hardening.base // {
         Type = "oneshot";
         RemainAfterExit = true;
@@ -915,6 +959,8 @@ in
         RuntimeDirectoryPreserve = true;
         LoadCredential = credentials;
         ExecStart = keysCommand;
+        # Only after ExecStart succeeded: a bad key file reloads nothing (nginx keeps the keys it has).
+        ExecStartPost = reloadNginx;
       };
     };
 

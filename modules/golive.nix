@@ -67,6 +67,7 @@ let
   };
   settingsText = builtins.toJSON settings;
 
+  keyCheck = lib.optionals (serve.apiKeyFile != null) [ (contract.secretsCheckUnit unitName) ];
   # The stable link, not the package's store path: a new package must not re-run the gates.
   station = contract.stationAt;
   # `%d` (the credentials directory) is systemd's to expand: appended unescaped (escaping doubles it).
@@ -191,11 +192,22 @@ in
 
     environment.etc."${lib.removePrefix "/etc/" configPath}".text = settingsText;
 
+    # The key is loaded at each run (a oneshot): a run after a rotation sends the new one. Its check:
+    # modules/secrets.nix.
+    services.vllm-station.secrets.units = lib.optionalAttrs (serve.apiKeyFile != null) {
+      ${unitName} = [
+        {
+          option = "services.vllm-station.serve.apiKeyFile";
+          path = serve.apiKeyFile;
+        }
+      ];
+    };
     systemd.services.${unitName} = {
       description = "station golive: quality gates and a bench sweep after a switch";
       wantedBy = [ "multi-user.target" ];
       wants = [ "${contract.unit}.service" ];
-      after = [ "${contract.unit}.service" ];
+      after = [ "${contract.unit}.service" ] ++ keyCheck;
+      requires = keyCheck;
       # What is served changed (or what the run checks): run the gates again.
       restartTriggers = [
         settingsText

@@ -69,6 +69,17 @@ let
   keyCredential = optionalAttrs (serve.apiKeyFile != null) {
     LoadCredential = [ "api-key:${serve.apiKeyFile}" ];
   };
+  # Each unit that loads the key starts after its check (modules/secrets.nix): a missing key file
+  # fails it naming serve.apiKeyFile and the file, not with 243/CREDENTIALS.
+  keySecrets = unit: lib.optionalAttrs (serve.apiKeyFile != null) {
+    ${unit} = [
+      {
+        option = "services.vllm-station.serve.apiKeyFile";
+        path = serve.apiKeyFile;
+      }
+    ];
+  };
+  keyCheck = unit: optionals (serve.apiKeyFile != null) [ (contract.secretsCheckUnit unit) ];
 
   probeArgs = [
     station
@@ -108,6 +119,12 @@ let
   ] ++ optionals (servedName != null) [
     "--model"
     servedName
+  ]
+  # The file itself, not a credential (a copy made at the unit's start): the watchdog reads it again
+  # when it changes, so a rotation needs no restart of the watchdog (docs/secrets.md). It runs as root.
+  ++ optionals (serve.apiKeyFile != null) [
+    "--api-key-file"
+    serve.apiKeyFile
   ];
 
   gatewayOn = config.services.vllm-station.gateway.enable or false;
@@ -414,7 +431,7 @@ in
         authPasswordEnvironmentFile = mkOption {
           type = types.nullOr types.str;
           default = null;
-          example = "/run/secrets/alertmanager-smtp.env";
+          example = "${contract.secretsDir}/alertmanager-smtp.env";
           description = ''
             File holding one line `VLLM_STATION_SMTP_PASSWORD=<the SMTP password>`: nixpkgs' alertmanager
             unit reads it as its `EnvironmentFile=` at each start (as root, before it drops to its dynamic
@@ -457,7 +474,7 @@ in
               lib.hasPrefix "/" email.authPasswordEnvironmentFile
               && !lib.hasPrefix builtins.storeDir email.authPasswordEnvironmentFile
             );
-          message = "services.vllm-station.monitoring.alertmanager.receivers.email.authPasswordEnvironmentFile: must be an absolute path outside the Nix store (e.g. /run/secrets/alertmanager-smtp.env), got ${toString email.authPasswordEnvironmentFile}.";
+          message = "services.vllm-station.monitoring.alertmanager.receivers.email.authPasswordEnvironmentFile: must be an absolute path outside the Nix store (e.g. ${contract.secretsDir}/alertmanager-smtp.env), got ${toString email.authPasswordEnvironmentFile}.";
         }
         {
           assertion = cfg.watchdog.probeTimeout <= cfg.watchdog.interval;
@@ -510,9 +527,12 @@ in
     })
 
     (mkIf cfg.probe.enable {
+      services.vllm-station.secrets.units = keySecrets probeUnit;
       systemd.services.${probeUnit} = {
         description = "vllm-station synthetic probe (1 user: tok/s, TTFT, a tool call) for Prometheus";
-        after = [ servingUnit ];
+        # Each run loads the key anew: after a rotation the next run sends the new one.
+        after = [ servingUnit ] ++ keyCheck probeUnit;
+        requires = keyCheck probeUnit;
         serviceConfig =
           hardening.for [ ]
           // {
@@ -537,23 +557,24 @@ in
     })
 
     (mkIf cfg.watchdog.enable {
+      services.vllm-station.secrets.units = keySecrets watchdogUnit;
       systemd.services.${watchdogUnit} = {
         description = "vllm-station watchdog: restarts a wedged vLLM engine through systemd";
         wantedBy = [ "multi-user.target" ];
-        after = [ servingUnit ];
+        after = [ servingUnit ] ++ keyCheck watchdogUnit;
+        requires = keyCheck watchdogUnit;
         # A watchdog that keeps failing stays failed (and node_exporter shows it) instead of looping.
         startLimitBurst = 5;
         startLimitIntervalSec = 600;
         serviceConfig =
           hardening.for [ ]
           // {
-            ExecStart = withKey watchdogArgs;
+            ExecStart = utils.escapeSystemdExecArgs watchdogArgs;
             # root (no DynamicUser): restarting a unit is a call to the system manager that only root may make
             ReadWritePaths = [ "-${textfileDir}" ]; # as the probe's
             Restart = "on-failure";
             RestartSec = 10;
-          }
-          // keyCredential;
+          };
       };
     })
 

@@ -471,7 +471,19 @@ let
     };
   record = fields: types.submodule { options = lib.mapAttrs (_: type: mkOption { inherit type; }) fields; };
 
-  isSecretPath = path: path == null || (lib.hasPrefix "/" path && !lib.hasPrefix builtins.storeDir path);
+  inherit (contract) isSecretPath;
+  # The files this unit loads at each start, checked before it loads them (modules/secrets.nix).
+  secretFiles = lib.filter (s: s.path != null) [
+    {
+      option = "services.vllm-station.serve.apiKeyFile";
+      path = cfg.apiKeyFile;
+    }
+    {
+      option = "services.vllm-station.serve.environmentFile";
+      path = cfg.environmentFile;
+    }
+  ];
+  secretsCheck = optionals (secretFiles != [ ]) [ (contract.secretsCheckUnit name) ];
 
   # Presets set option values under services.vllm-station with mkDefault. Walking the declared
   # options (not config) keeps this free of recursion; an unknown name fails loudly.
@@ -720,11 +732,13 @@ in
     apiKeyFile = mkOption {
       type = types.nullOr types.str;
       default = null;
-      example = "/run/secrets/vllm-api-key";
+      example = "${contract.secretsDir}/vllm-api-key";
       description = ''
         File holding the API key clients must send (only the key). Read at each start through
         systemd's `LoadCredential=` and handed to vLLM as `VLLM_API_KEY`: it never enters the Nix
-        store, the unit file or a command line. The readiness probe uses it too.
+        store, the unit file or a command line. The readiness probe uses it too. Keep it where it
+        outlives a reboot (`${contract.secretsDir}`, root-only) or where a secret manager writes it at
+        boot (sops-nix, agenix): a missing file fails the start naming this option (docs/secrets.md).
       '';
     };
 
@@ -844,7 +858,7 @@ in
     environmentFile = mkOption {
       type = types.nullOr types.str;
       default = null;
-      example = "/run/secrets/vllm-station.env";
+      example = "${contract.secretsDir}/vllm-station.env";
       description = ''
         File of `NAME=value` lines (secrets such as `HF_TOKEN`), read at start and never copied to
         the Nix store: systemd's `EnvironmentFile=` (native) or `--env-file` (container).
@@ -1031,6 +1045,7 @@ in
       };
       environment.etc."${lib.removePrefix "/etc/" contract.preflightConfig}".text =
         builtins.toJSON cfg.preflight.settings;
+      services.vllm-station.secrets.units = lib.optionalAttrs (secretFiles != [ ]) { ${name} = secretFiles; };
 
       systemd.services.${name} = {
         description = "vLLM OpenAI-compatible server (vllm-station)";
@@ -1040,8 +1055,9 @@ in
           [ "network-online.target" ]
           ++ inputs.checkpoint.units
           ++ optionals isContainer [ "nvidia-container-toolkit-cdi-generator.service" ]
-          ++ optionals (isContainer && cfg.runtime == "docker") [ "docker.service" ];
-        requires = optionals (isContainer && cfg.runtime == "docker") [ "docker.service" ];
+          ++ optionals (isContainer && cfg.runtime == "docker") [ "docker.service" ]
+          ++ secretsCheck;
+        requires = optionals (isContainer && cfg.runtime == "docker") [ "docker.service" ] ++ secretsCheck;
 
         # Top-level options: they render under [Unit], where systemd reads them.
         # At most 3 starts an hour: a crash loop must not hammer the machine or rotate logs away.

@@ -35,7 +35,7 @@ let
     a:
     builtins.match "[0-9]{1,3}([.][0-9]{1,3}){3}(/[0-9]{1,2})?" a != null
     || builtins.match "[0-9A-Fa-f:]*:[0-9A-Fa-f:.]*(/[0-9]{1,3})?" a != null;
-  isSecretPath = path: path != null && lib.hasPrefix "/" path && !lib.hasPrefix builtins.storeDir path;
+  inherit (contract) isSecretPath;
   open = !isLoopback cfg.host;
 
   # iptables: one rule a source, built from a list and escaped. The 24.11 iptables firewall has no

@@ -14,7 +14,7 @@
       # /tokenize, /metrics … must not be reachable from the network. The network's endpoint is the
       # gateway below (TLS, API keys, an allowlist).
       host = "127.0.0.1";
-      apiKeyFile = "/run/secrets/vllm-api-key";
+      apiKeyFile = "/var/lib/vllm-station-secrets/vllm-api-key";
       # The preset serves /var/lib/vllm-station-models/glm53-flash, the verified local copy that the
       # download unit below writes; the unit refuses to start without its stamp.
       preflight.enable = true;
@@ -32,8 +32,10 @@
     gateway = {
       enable = true;
       serverName = "llm.example.com";
-      tls.certificateFile = "/var/lib/vllm-station-secrets/gateway/fullchain.pem";
-      tls.keyFile = "/var/lib/vllm-station-secrets/gateway/key.pem";
+      # nginx reads these itself: readable by its group, so not in the root-only secrets directory.
+      tls.certificateFile = "/var/lib/vllm-station-gateway/fullchain.pem";
+      tls.keyFile = "/var/lib/vllm-station-gateway/key.pem";
+      # The keys are loaded by systemd (root): they stay in the root-only, persistent secrets directory.
       keys = {
         alice.file = "/var/lib/vllm-station-secrets/gateway/alice";
         # golive's needle gate counts tokens at /tokenize: an operator key, with limits above what

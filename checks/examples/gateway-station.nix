@@ -13,7 +13,7 @@
       host = "127.0.0.1"; # only the gateway (and Prometheus, for /metrics) talk to vLLM
       port = 8888;
       # The stations' own key: the gateway sends it in place of the client's (upstreamApiKeyFile).
-      apiKeyFile = "/run/secrets/vllm-api-key";
+      apiKeyFile = "/var/lib/vllm-station-secrets/vllm-api-key";
     };
     download = {
       enable = true;
@@ -27,11 +27,11 @@
       tls.certificateFile = "/var/lib/vllm-station-gateway/fullchain.pem";
       tls.keyFile = "/var/lib/vllm-station-gateway/key.pem";
       keys = {
-        alice.file = "/run/secrets/gateway/alice";
-        bob.file = "/run/secrets/gateway/bob";
+        alice.file = "/var/lib/vllm-station-secrets/gateway/alice";
+        bob.file = "/var/lib/vllm-station-secrets/gateway/bob";
         # Batch jobs: many requests at once, a lower rate.
         batch = {
-          file = "/run/secrets/gateway/batch";
+          file = "/var/lib/vllm-station-secrets/gateway/batch";
           limits = {
             connections = 256;
             rate = "120r/m";

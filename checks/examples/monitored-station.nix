@@ -16,7 +16,7 @@
         from = "monitored-station@example.com";
         smarthost = "smtp.example.com:587";
         # `VLLM_STATION_SMTP_PASSWORD=…`, outside the store: nixpkgs' alertmanager unit reads it at start
-        authPasswordEnvironmentFile = "/run/secrets/alertmanager-smtp.env";
+        authPasswordEnvironmentFile = "/var/lib/vllm-station-secrets/alertmanager-smtp.env";
       };
     };
   };

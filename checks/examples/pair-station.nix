@@ -23,7 +23,7 @@ in
       # The head's API on loopback (vLLM's key guards only /v1): the network's endpoint is the head's
       # gateway below; the worker exposes no API.
       host = "127.0.0.1";
-      apiKeyFile = if isHead then "/run/secrets/vllm-api-key" else null;
+      apiKeyFile = if isHead then "/var/lib/vllm-station-secrets/vllm-api-key" else null;
       preflight.enable = true;
     };
 
@@ -38,7 +38,7 @@ in
       }
       // (
         if isHead then
-          { tokenFile = "/run/secrets/hf-token"; }
+          { tokenFile = "/var/lib/vllm-station-secrets/hf-token"; }
         else
           { copyFrom = "rsync://${headAddress}:8730/glm53"; }
       );
@@ -57,8 +57,8 @@ in
     gateway = lib.mkIf isHead {
       enable = true;
       serverName = "llm.example.com";
-      tls.certificateFile = "/var/lib/vllm-station-secrets/gateway/fullchain.pem";
-      tls.keyFile = "/var/lib/vllm-station-secrets/gateway/key.pem";
+      tls.certificateFile = "/var/lib/vllm-station-gateway/fullchain.pem";
+      tls.keyFile = "/var/lib/vllm-station-gateway/key.pem";
       keys.alice.file = "/var/lib/vllm-station-secrets/gateway/alice";
       openFirewall = true; # 443 only
     };

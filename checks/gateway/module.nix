@@ -181,10 +181,33 @@ let
       let
         u = keysUnit config;
       in
-      h.eq "ordering" [ u.before u.requiredBy u.partOf ] [
+      # wanted, not required, by nginx: a restart of this unit (a rotation) is not a restart of nginx
+      h.eq "ordering" [ u.before u.wantedBy u.partOf (u.requiredBy or [ ]) ] [
         [ "nginx.service" ]
         [ "nginx.service" ]
         [ "nginx.service" ]
+        [ ]
+      ]
+      # after the maps are written: nginx reloads if it runs (root's call; never blocks on nginx's job)
+      ++ h.eq "reload" u.serviceConfig.ExecStartPost
+        ''+"/nix/store/00000000000000000000000000000000-systemd/bin/systemctl" "--no-block" "try-reload-or-restart" "nginx.service"''
+      ++ h.eq "config changes reload nginx" (config.services.nginx.enableReload or null) true
+      # the key files are checked first, each named by its option
+      ++ h.eq "secrets check" [ u.requires u.after ] [
+        [ "vllm-station-secrets@vllm-station-gateway-keys.service" ]
+        [ "vllm-station-secrets@vllm-station-gateway-keys.service" ]
+      ]
+      ++ h.eq "secrets" config.services.vllm-station.secrets.units.vllm-station-gateway-keys [
+        {
+          option = "services.vllm-station.gateway.keys.alice.file";
+          path = "/run/secrets/alice";
+          kind = "file";
+        }
+        {
+          option = "services.vllm-station.gateway.keys.bob.file";
+          path = "/run/secrets/bob";
+          kind = "file";
+        }
       ]
       ++ h.eq "user" [ u.serviceConfig.User u.serviceConfig.Group ] [ "nginx" "nginx" ]
       ++ h.eq "oneshot" [ u.serviceConfig.Type u.serviceConfig.RemainAfterExit ] [ "oneshot" true ]
@@ -229,6 +252,13 @@ let
         "keydir_"
         "--upstream-key-file"
         "%d/upstream-key"
+      ]
+      # the stations' key is this station's: its rotation (a restart of the serving unit) re-reads it
+      ++ h.eq "follows the station key" (keysUnit config).partOf [ "nginx.service" "vllm-station.service" ]
+      ++ h.eq "secrets" (map (x: [ x.option x.kind ]) config.services.vllm-station.secrets.units.vllm-station-gateway-keys) [
+        [ "services.vllm-station.gateway.keys.alice.file" "file" ]
+        [ "services.vllm-station.gateway.keysDirectory" "directory" ]
+        [ "services.vllm-station.gateway.upstreamApiKeyFile" "file" ]
       ]
     );
 

@@ -41,7 +41,7 @@ let
         };
         # The benchmark's key (scripts/bench-gateway): limits far above its load, so they never shape it.
         keys.bench = {
-          file = "/run/secrets/gateway/bench";
+          file = "/var/lib/vllm-station-secrets/gateway/bench";
           limits = {
             rate = "100000r/s";
             burst = 100000;
@@ -50,7 +50,7 @@ let
         };
         # An operator key (/tokenize, /version: what golive's needle gate needs).
         keys.ops = {
-          file = "/run/secrets/gateway/ops";
+          file = "/var/lib/vllm-station-secrets/gateway/ops";
           role = "operator";
           # as the flagship example's: above golive's request rate (its gates run back to back)
           limits = {
@@ -61,7 +61,7 @@ let
         };
         # A key with tiny limits, for the 413 and 429 proofs.
         keys.limited = {
-          file = "/run/secrets/gateway/limited";
+          file = "/var/lib/vllm-station-secrets/gateway/limited";
           limits = {
             rate = "1r/s";
             burst = 0;

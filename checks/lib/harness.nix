@@ -30,6 +30,7 @@ let
     vllm = fakeDrv "vllm" "vllm";
     docker = fakeDrv "docker" "docker";
     podman = fakeDrv "podman" "podman";
+    systemd = fakeDrv "systemd" "systemctl";
   };
 
   # Loose stand-in for NixOS option types: attrsets merge recursively (with priorities),
@@ -120,6 +121,7 @@ let
       services.vllm-station.package = lib.mkDefault fake.station;
       virtualisation.docker.package = lib.mkDefault fake.docker;
       virtualisation.podman.package = lib.mkDefault fake.podman;
+      systemd.package = lib.mkDefault fake.systemd; # the gateway's keys unit reloads nginx through systemctl
     };
   };
 

@@ -57,6 +57,8 @@ let
       text = builtins.unsafeDiscardStringContext config.systemd.units."vllm-station.service".text;
       s = sections text;
       unit = s.Unit or [ ];
+      requires = lib.concatMap (lib.splitString " ") (values unit "Requires");
+      unitAfter = lib.concatMap (lib.splitString " ") (values unit "After");
       service = s.Service or [ ];
       v = values service;
       start = argv (builtins.head (v "ExecStart"));
@@ -124,7 +126,7 @@ let
           "--timeout"
           "840"
           "--api-key-file"
-          "/run/secrets/vllm-api-key"
+          "/var/lib/vllm-station-secrets/vllm-api-key"
         ]
         ++ eq "TimeoutStartSec" (v "TimeoutStartSec") [ "900" ]
         ++ ok "engine-ready timeout raised" (lib.elem "VLLM_ENGINE_READY_TIMEOUT_S=900" envFlags);
@@ -135,7 +137,7 @@ let
         ++ ok "compile cache in the cache dir" (lib.elem "VLLM_CACHE_ROOT=/var/cache/vllm-station/vllm" envFlags)
         ++ ok "cache dir mounted" (lib.elem "/var/cache/vllm-station:/var/cache/vllm-station" start);
       api-key-not-in-unit =
-        eq "LoadCredential" (v "LoadCredential") [ "api-key:/run/secrets/vllm-api-key" ]
+        eq "LoadCredential" (v "LoadCredential") [ "api-key:/var/lib/vllm-station-secrets/vllm-api-key" ]
         ++ eq "station exec hands the credential over" (lib.take 6 start) [
           station
           "exec"
@@ -162,7 +164,21 @@ let
         eq "docker" config.virtualisation.docker.enable true
         ++ eq "nvidia-container-toolkit" config.hardware.nvidia-container-toolkit.enable true
         ++ eq "docker CDI feature" (config.virtualisation.docker.daemon.settings.features.cdi or null) true
-        ++ ok "requires docker.service" (lib.elem "Requires=docker.service" unit);
+        ++ ok "requires docker.service" (lib.elem "docker.service" requires);
+      # The key is checked before systemd loads it (modules/secrets.nix): a missing file fails the start
+      # naming serve.apiKeyFile, not with 243/CREDENTIALS; its default home outlives a reboot.
+      secrets-checked-first =
+        ok "requires its secrets check" (lib.elem "vllm-station-secrets@vllm-station.service" requires)
+        ++ ok "starts after its secrets check" (lib.elem "vllm-station-secrets@vllm-station.service" unitAfter)
+        ++ eq "what the check reads" (builtins.fromJSON config.environment.etc."vllm-station/secrets.json".text).units.vllm-station [
+          {
+            option = "services.vllm-station.serve.apiKeyFile";
+            path = "/var/lib/vllm-station-secrets/vllm-api-key";
+            kind = "file";
+          }
+        ]
+        ++ ok "the secrets directory, root-only" (lib.elem "d /var/lib/vllm-station-secrets 0700 root root -" config.systemd.tmpfiles.rules)
+        ++ ok "the check unit" (config.systemd.units ? "vllm-station-secrets@.service");
       host-tuning =
         eq "vm.zone_reclaim_mode" config.boot.kernel.sysctl."vm.zone_reclaim_mode" 1
         ++ eq "kernel.numa_balancing" config.boot.kernel.sysctl."kernel.numa_balancing" 0

@@ -184,7 +184,7 @@ let
               "60"
             ]
             ++ eq "the head's gates after start: wait-ready, nccl-check, weights-check" (
-              map (l: lib.take 2 (argv (lib.removeSuffix " \"--api-key-file\" \"/run/secrets/vllm-api-key\"" l))) (sv "ExecStartPost")
+              map (l: lib.take 2 (argv (lib.removeSuffix " \"--api-key-file\" \"/var/lib/vllm-station-secrets/vllm-api-key\"" l))) (sv "ExecStartPost")
             ) [
               [
                 station
@@ -306,7 +306,7 @@ let
             "50"
           ]
         )
-        ++ eq "token credential" (dv "LoadCredential") (lib.optional isHead "hf-token:/run/secrets/hf-token");
+        ++ eq "token credential" (dv "LoadCredential") (lib.optional isHead "hf-token:/var/lib/vllm-station-secrets/hf-token");
 
       serving-requires-stamp =
         ok "Wants the download unit" (lib.elem "vllm-station-download-glm53.service" (lib.concatMap (lib.splitString " ") (su "Wants")))

@@ -35,10 +35,13 @@ let
         )
       );
       defined = map (n: "${n}.service") (lib.attrNames ours);
+      # an instance (`vllm-station-secrets@vllm-station.service`) is defined by its template
+      instanceOf = u: builtins.match "(.*@)[^@]*[.]service" u;
+      isDefined = u: lib.elem u defined || (instanceOf u != null && lib.elem "${lib.head (instanceOf u)}.service" defined);
     in
     {
       failed = map (a: a.message) (lib.filter (a: !a.assertion) config.assertions);
-      missingUnits = lib.filter (u: !lib.elem u defined) wanted;
+      missingUnits = lib.filter (u: !isDefined u) wanted;
       units = lib.attrNames ours;
       # Force the unit texts: a type error or a throw in any rendered unit fails the snippet.
       texts = lib.mapAttrsToList (

@@ -29,7 +29,7 @@ HERE = Path(__file__).resolve().parent
 CHECKS = HERE.parent
 
 SERVE_UNIT = "vllm-station.service"
-API_KEY_PATH = "/run/secrets/vllm-api-key"
+API_KEY_PATH = "/var/lib/vllm-station-secrets/vllm-api-key"
 # The machine's drop_caches is this file: prestart's write is read back, the host's page cache stays.
 DROP_CACHES = "/run/station-test/drop_caches"
 

@@ -20,12 +20,32 @@ rec {
   isLoopback =
     host: builtins.substring 0 4 host == "127." || builtins.elem host [ "::1" "[::1]" "localhost" ];
 
+  # A path a secret may live at: absolute, outside the world-readable Nix store (null: no secret).
+  isSecretPath =
+    path:
+    path == null
+    || (
+      builtins.substring 0 1 path == "/"
+      && builtins.substring 0 (builtins.stringLength builtins.storeDir + 1) path != "${builtins.storeDir}/"
+    );
+
   # The serving unit, and the container it runs (same name).
   unit = "vllm-station";
   stateDir = "/var/lib/${unit}";
   cacheDir = "/var/cache/${unit}";
   logsDir = "/var/log/${unit}";
   etcDir = "/etc/${unit}";
+
+  # Secrets that outlive a reboot: root-only (0700, created by systemd-tmpfiles), on the persistent
+  # disk; /run is a tmpfs that every boot empties. Option examples and docs name files here.
+  secretsDir = "/var/lib/${unit}-secrets";
+  # Each unit that loads secret files starts after its own check, `station secrets check --unit <unit>`
+  # (modules/secrets.nix): a missing file fails that check with the option's name and the file's,
+  # before systemd's `LoadCredential=` fails the unit itself with 243/CREDENTIALS.
+  # The manifest is JSON, {"units": {"<unit>": [{"option", "path", "kind"}]}}; the Python side reads it
+  # in vllm_station.secrets (DEFAULT_MANIFEST, the same path, pinned by checks/test_nix_secrets.py).
+  secretsManifest = "${etcDir}/secrets.json";
+  secretsCheckUnit = consumer: "${unit}-secrets@${consumer}.service";
 
   # The `station` tools as the serving unit and golive run them: a link that serve.nix points at
   # services.vllm-station.package (systemd-tmpfiles `L+`, re-applied by every switch), so that a new

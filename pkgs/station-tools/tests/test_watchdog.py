@@ -556,3 +556,92 @@ def test_an_unreadable_unit_state_is_said_once_and_the_probe_still_judges(
     assert out.returncode == 0, out.stderr
     assert [json.loads(line)["verdict"] for line in out.stdout.splitlines()] == ["ok"] * 3
     assert out.stderr.count("cannot read the unit's state") == 1, out.stderr
+
+
+# ---- the station key's rotation ------------------------------------------------------------------------
+
+KEY_A = "sk-station-key-a-0123456789abcdef"
+KEY_B = "sk-station-key-b-0123456789abcdef"
+
+
+def test_a_rotated_key_file_is_read_again_and_never_judged_a_wedge(tmp_path: Path) -> None:
+    """The rotation docs/secrets.md describes: the key file is replaced, the serving unit restarted with
+    the new key; the watchdog keeps running and sends the new key from its next look on. Before, it kept
+    the key it read at its start: every probe of the restarted engine got 401."""
+    expected = {"key": KEY_A}
+
+    def answer(req: Request) -> Reply:
+        if req.headers.get("authorization") != f"Bearer {expected['key']}":
+            return Reply(status=401, json={"error": {"message": "Unauthorized"}})
+        return Reply(json=ANSWER)
+
+    srv = FaultServer({("POST", "/v1/completions"): answer, ("GET", "/metrics"): Reply(body=FROZEN_METRICS)})
+    srv.start()
+    key_file = tmp_path / "vllm-api-key"
+    key_file.write_text(KEY_A + "\n")
+    lines: list[str] = []
+    restarts: list[str] = []
+    endpoint = endpoint_from_args(
+        argparse.Namespace(base_url=srv.url, api_key_file=str(key_file), ca_file=None)
+    )
+    dog = Watchdog(
+        Options(**{**FAST, "model": "m"}),  # type: ignore[arg-type]
+        endpoint,
+        restart=lambda: restarts.append("restart") or "restarted",  # type: ignore[func-returns-value]
+        say=lines.append,
+        key_file=key_file,
+    )
+    try:
+        assert [v.verdict for v in run_loop(dog, 2, sleep=lambda _s: None)] == ["ok", "ok"]
+        # the rotation: a new file put in place by rename (as `install` does), the engine restarted
+        new = tmp_path / "vllm-api-key.new"
+        new.write_text(KEY_B + "\n")
+        new.rename(key_file)
+        expected["key"] = KEY_B
+        assert [v.verdict for v in run_loop(dog, 3, sleep=lambda _s: None)] == ["ok"] * 3
+        assert any(f"the API key file {key_file} changed" in line for line in lines), lines
+        # a changed file that cannot be used: the last key stays, said once
+        key_file.write_text("")
+        assert [v.verdict for v in run_loop(dog, 2, sleep=lambda _s: None)] == ["ok", "ok"]
+        assert sum("cannot be used; the probe keeps the last key" in line for line in lines) == 1
+    finally:
+        dog.close()
+        srv.stop()
+    assert restarts == []
+    assert KEY_A not in "\n".join(lines) and KEY_B not in "\n".join(lines)
+
+
+def test_without_rereading_the_rotated_key_is_refused(tmp_path: Path) -> None:
+    """The same rotation to a watchdog that was given no key file to re-read (its key from the
+    environment): its probes are refused — misconfigured, never a restart. This is what the test above
+    would see if the key were not read again."""
+    expected = {"key": KEY_A}
+
+    def answer(req: Request) -> Reply:
+        if req.headers.get("authorization") != f"Bearer {expected['key']}":
+            return Reply(status=401, json={"error": {"message": "Unauthorized"}})
+        return Reply(json=ANSWER)
+
+    srv = FaultServer({("POST", "/v1/completions"): answer, ("GET", "/metrics"): Reply(body=FROZEN_METRICS)})
+    srv.start()
+    key_file = tmp_path / "vllm-api-key"
+    key_file.write_text(KEY_A + "\n")
+    endpoint = endpoint_from_args(
+        argparse.Namespace(base_url=srv.url, api_key_file=str(key_file), ca_file=None)
+    )
+    restarts: list[str] = []
+    dog = Watchdog(
+        Options(**{**FAST, "model": "m", "wedge_verdicts": 1}),  # type: ignore[arg-type]
+        endpoint,
+        restart=lambda: restarts.append("restart") or "restarted",  # type: ignore[func-returns-value]
+        say=lambda _line: None,
+    )
+    try:
+        run_loop(dog, 2, sleep=lambda _s: None)
+        key_file.write_text(KEY_B + "\n")
+        expected["key"] = KEY_B
+        assert [v.verdict for v in run_loop(dog, 2, sleep=lambda _s: None)] == ["misconfigured"] * 2
+    finally:
+        dog.close()
+        srv.stop()
+    assert restarts == []

@@ -65,6 +65,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "probe": ("probe", "synthetic probe: 1-user tok/s, TTFT and one tool call, for Prometheus (textfile)"),
     "watchdog": ("watchdog", "restart a wedged engine (health 200, no progress, probes fail) via systemd"),
     "gateway": ("gateway", "the gateway's start step: API key files into the map nginx includes"),
+    "secrets": ("secrets", "before a unit loads its secret files: each in place? (names option and file)"),
     "gates": ("gates.cli", "quality gates before go-live: tool-call battery, agent battery, needles"),
     "golive": ("golive", "every gate in order (smoke, tools, agent, needle, bench): one JSON + HTML report"),
 }

@@ -32,6 +32,10 @@ timeout), each further one an interval later, so a wedge is restarted within
 `interval + (wedge_verdicts − 1) × interval + probe_timeout` seconds (one more interval when the wedge was
 there before the watchdog's first look). `--probe-timeout` may not exceed `--interval`.
 
+The API key (`--api-key-file`) is read again at the first look after its file changed (a rotation,
+docs/secrets.md): the watchdog keeps running across the serving unit's restart and probes with the key the
+restarted engine expects. A changed file that cannot be used keeps the last key (said once).
+
 Exit: runs until stopped (SIGTERM; Ctrl-C 130) or for `--cycles` looks (0); 2 on bad arguments.
 """
 
@@ -40,19 +44,20 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import httpx
 
 from vllm_station import argtypes, textfile
-from vllm_station.api import ApiClient, ApiError, ApiUnreachable
+from vllm_station.api import ApiClient, ApiError, ApiKeyError, ApiUnreachable
 from vllm_station.api.args import Endpoint, add_endpoint_args, endpoint_from_args
-from vllm_station.api.client import tls_context
+from vllm_station.api.client import load_api_key, tls_context
 from vllm_station.api.errors import HttpStatusError
 from vllm_station.bench.scrape import parse_prometheus
 from vllm_station.errors import EXIT_OK, StationError, UsageError
@@ -247,8 +252,13 @@ class Watchdog:
             f"station watchdog: {line}", file=sys.stderr, flush=True
         ),
         clock: Callable[[], float] = time.monotonic,
+        key_file: Path | None = None,
     ) -> None:
         self.opts, self.endpoint = opts, endpoint
+        # The key file the endpoint's key came from (None: a key from the environment, or none):
+        # what it was when last read, to read it again when it changes.
+        self.key_file = key_file
+        self.key_seen = _file_signature(key_file)
         self.restart, self.unit_state, self.say, self.clock = restart, unit_state, say, clock
         self.api: ApiClient = endpoint.client(
             timeout=opts.probe_timeout_s, connect_timeout=min(5.0, opts.probe_timeout_s)
@@ -268,6 +278,26 @@ class Watchdog:
         self.http.close()
 
     # ---- one look ----
+    def _refresh_key(self) -> None:
+        """A key file that changed since it was last read is read again; the probe sends the new key."""
+        seen = _file_signature(self.key_file)
+        if self.key_file is None or seen is None or seen == self.key_seen:
+            return
+        self.key_seen = seen
+        try:
+            key = load_api_key(self.key_file)
+        except ApiKeyError as err:
+            self.say(f"the API key file changed but cannot be used; the probe keeps the last key: {err}")
+            return
+        if key == self.endpoint.api_key:
+            return
+        self.api.close()
+        self.endpoint = replace(self.endpoint, api_key=key)
+        self.api = self.endpoint.client(
+            timeout=self.opts.probe_timeout_s, connect_timeout=min(5.0, self.opts.probe_timeout_s)
+        )
+        self.say(f"the API key file {self.key_file} changed: the probe sends its new key from this look on")
+
     def _probe(self) -> tuple[bool, float, str | None, str | None]:
         t0 = time.perf_counter()
         try:
@@ -296,6 +326,7 @@ class Watchdog:
         return signature, shown, None
 
     def look(self) -> Look:
+        self._refresh_key()
         unit = None
         if self.unit_state is not None:
             try:
@@ -488,6 +519,7 @@ def run(args: argparse.Namespace) -> int:
         endpoint,
         restart=systemd.restart if systemd else None,
         unit_state=systemd.state if systemd else None,
+        key_file=Path(args.api_key_file) if args.api_key_file else None,
     )
     dog.say(
         f"watching {endpoint.root_url}{f' ({opts.unit})' if opts.unit else ' (report only: no --unit)'}: "
@@ -499,6 +531,17 @@ def run(args: argparse.Namespace) -> int:
     finally:
         dog.close()
     return EXIT_OK
+
+
+def _file_signature(path: Path | None) -> tuple[int, int, int, int] | None:
+    """What tells a replaced or rewritten file from the one read before (None: no file to read)."""
+    if path is None:
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
 
 
 def run_loop(
