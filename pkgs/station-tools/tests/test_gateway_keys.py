@@ -210,13 +210,15 @@ def test_bad_upstream_key_is_refused(station: Callable[..., Run], files: dict[st
     assert "two words" not in raw
 
 
-def test_unwritable_output_is_exit_1(
+def test_unwritable_output_is_exit_2_before_any_work(
     station: Callable[..., Run], files: dict[str, Path], tmp_path: Path
 ) -> None:
+    """The output paths are checked when parsed (vllm_station.output): nothing is read or written."""
     r = station("--out", str(tmp_path / "missing" / "keys.map"), "--upstream-out", str(tmp_path / "u.map"),
                 "--key", f"bob={files['bob']}")  # fmt: skip
-    assert r.returncode == 1
-    assert "cannot write in" in r.stderr
+    assert r.returncode == 2
+    assert "argument --out:" in r.stderr and "missing does not exist" in r.stderr
+    assert not (tmp_path / "u.map").exists()
 
 
 def test_key_entry_is_a_plain_escaped_source() -> None:

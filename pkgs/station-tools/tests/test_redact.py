@@ -22,7 +22,7 @@ from faultserver import FaultServer, Reply, fake_openai_routes
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from vllm_station import redact
+from vllm_station import output, redact
 from vllm_station.api import ApiKeyError, load_api_key, split_base_url
 from vllm_station.api.sse import excerpt
 from vllm_station.cli import main
@@ -110,7 +110,7 @@ def test_reading_a_key_or_a_url_password_registers_it() -> None:
 
 def test_write_text_redacts_files(tmp_path: Path) -> None:
     redact.register(KEY)
-    redact.write_text(tmp_path / "r.json", json.dumps({"error": f"Bearer {KEY}"}))
+    output.write_text(tmp_path / "r.json", json.dumps({"error": f"Bearer {KEY}"}), option="--json")
     assert KEY not in (tmp_path / "r.json").read_text()
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_station import redact
+from vllm_station import output, redact
 
 KEY = "SK9Q7ZK3V8M2P6W4"
 
@@ -135,7 +135,7 @@ def test_install_wraps_once_and_finish_writes_what_is_held(monkeypatch: pytest.M
 
 def test_write_text_writes_utf8_redacted(tmp_path: Path) -> None:
     redact.register(KEY)
-    redact.write_text(str(tmp_path / "r.txt"), f"é {KEY}\n")
+    output.write_text(tmp_path / "r.txt", f"é {KEY}\n", option="--json")
     assert (tmp_path / "r.txt").read_bytes() == "é ***\n".encode()
 
 
@@ -173,7 +173,10 @@ def test_the_stream_goes_on_after_close_pending() -> None:
 def test_write_text_is_utf8_whatever_the_locale(tmp_path: Path) -> None:
     """A report with non-ASCII text is written as UTF-8 even under an ASCII locale (a minimal container)."""
     out = tmp_path / "r.txt"
-    code = "import sys; from vllm_station import redact as r; r.write_text(sys.argv[1], 'Z\\u00fcrich')"
+    code = (
+        "import sys; from vllm_station import output\n"
+        "output.write_text(sys.argv[1], 'Z\\u00fcrich', option='')"
+    )
     env = {**os.environ, "LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
     r = subprocess.run([sys.executable, "-c", code, str(out)], env=env, capture_output=True, text=True,
                        timeout=60)  # fmt: skip

@@ -38,7 +38,7 @@ from vllm_station import __version__, redact
 if TYPE_CHECKING:
     from _typeshed import SupportsWrite
 
-from vllm_station.errors import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, EXIT_USAGE, StationError
+from vllm_station.errors import EXIT_BROKEN_PIPE, EXIT_FAIL, EXIT_INTERRUPTED, EXIT_USAGE, StationError
 
 log = logging.getLogger("vllm_station")
 
@@ -141,12 +141,47 @@ def _silence(stream: TextIO | None) -> bool:
     return True
 
 
+def _stdout_closed() -> bool:
+    """`station … >&-`: fd 1 is not open. It is pointed at /dev/null before anything else opens a file,
+    so no file the command writes can take fd 1 and receive what it prints."""
+    try:
+        os.fstat(1)
+    except OSError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        if devnull != 1:
+            os.dup2(devnull, 1)
+            os.close(devnull)
+        sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115 - fd 1 for the process
+        return True
+    return False
+
+
+def _stdout_failed(exc: OSError) -> bool:
+    """Whether `exc` is stdout's own write failing (`>/dev/full`: ENOSPC, EIO); stdout then goes to
+    /dev/null so the interpreter's last flush is silent."""
+    stream = sys.stdout
+    if not isinstance(stream, redact.RedactingStream) or stream.failed is not exc:
+        return False
+    stream.discard()
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 1)
+    finally:
+        os.close(devnull)
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     """`station ARGV...`: the exit code. A closed stdout is exit 141, Ctrl-C 130; never a traceback.
 
     Everything written to stdout and stderr passes through `vllm_station.redact` (secrets masked).
+    A stdout closed before the start (`>&-`) is /dev/null (a warning on stderr); one that cannot be
+    written (`>/dev/full`) is one error line on stderr and exit 1.
     """
+    closed = _stdout_closed()
     redact.install()
+    if closed:
+        print("station: warning: stdout is closed; what would be printed there is discarded", file=sys.stderr)
     try:
         code = _main(argv)
         redact.finish()
@@ -162,6 +197,12 @@ def main(argv: list[str] | None = None) -> int:
         print("station: interrupted", file=sys.stderr)
         redact.finish()
         return EXIT_INTERRUPTED
+    except OSError as exc:
+        if not _stdout_failed(exc):
+            raise
+        print(f"station: error: cannot write to stdout ({exc.strerror or exc})", file=sys.stderr)
+        redact.finish()
+        return EXIT_FAIL
 
 
 def _main(argv: list[str] | None) -> int:

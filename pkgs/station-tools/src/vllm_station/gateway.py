@@ -30,14 +30,12 @@ from __future__ import annotations
 import argparse
 import errno
 import json
-import os
 import re
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vllm_station import bounded, redact
+from vllm_station import bounded, output, redact
 from vllm_station.errors import EXIT_OK, StationError, UsageError
 
 PREFIX = "vllm-station gateway:"
@@ -152,20 +150,13 @@ def render_upstream_map(key: str | None) -> str:
     )
 
 
-def write_private(path: Path, text: str) -> None:
-    """Replace `path` with `text` whole (temporary file, then rename), mode 0400."""
+def write_private(path: Path, text: str, option: str = "--out") -> None:
+    """Replace `path` with `text` whole (temporary file, then rename), mode 0400, through
+    `vllm_station.output`: a device node, FIFO or directory at `path` is refused, never replaced."""
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    except OSError as exc:
-        raise WriteFailed(f"cannot write in {path.parent}: {exc.strerror or exc}") from exc
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o400)
-        os.replace(tmp, path)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise WriteFailed(f"cannot write {path}: {exc.strerror or exc}") from exc
+        output.replace_text(path, text, option=option, mode=0o400)
+    except output.OutputError as exc:
+        raise WriteFailed(str(exc)) from exc
 
 
 def collect(specs: list[str], key_dirs: list[Path], prefix: str) -> KeySet:
@@ -201,9 +192,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
         description="API key files -> the nginx map of key -> name (run before nginx starts)",
     )
     sp.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-    sp.add_argument("--out", type=Path, required=True, help="the key map to write (nginx map entries)")
     sp.add_argument(
-        "--upstream-out", type=Path, required=True, help="the upstream Authorization map to write"
+        "--out",
+        type=output.out_file(replaced=True),
+        required=True,
+        help="the key map to write (nginx map entries)",
+    )
+    sp.add_argument(
+        "--upstream-out",
+        type=output.out_file(replaced=True),
+        required=True,
+        help="the upstream Authorization map to write",
     )
     sp.add_argument(
         "--key", action="append", default=[], metavar="NAME=FILE", help="the keys of NAME (repeatable)"
@@ -231,7 +230,7 @@ def run(args: argparse.Namespace) -> int:
     keys = collect(args.key, args.key_dir, args.prefix)
     upstream = read_upstream_key(args.upstream_key_file) if args.upstream_key_file else None
     write_private(args.out, render_keys_map(keys))
-    write_private(args.upstream_out, render_upstream_map(upstream))
+    write_private(args.upstream_out, render_upstream_map(upstream), "--upstream-out")
     names = {name: len(v) for name, v in sorted(keys.keys.items())}
     if args.json:
         report = {"out": str(args.out), "keys": keys.count(), "names": names, "upstream_key": bool(upstream)}

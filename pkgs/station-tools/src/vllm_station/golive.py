@@ -32,7 +32,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from vllm_station import argtypes, bounded
+from vllm_station import argtypes, bounded, output
 from vllm_station import report as report_mod
 from vllm_station.api import ApiClient, ApiError
 from vllm_station.api.args import Endpoint, add_endpoint_args, endpoint_from_args
@@ -50,16 +50,25 @@ from vllm_station.bench.modes import (
 )
 from vllm_station.bench.report import BenchReport
 from vllm_station.bench.report import to_dict as bench_dict
-from vllm_station.errors import EXIT_FAIL, EXIT_OK, EXIT_UNREACHABLE, Unreachable, UsageError
+from vllm_station.errors import (
+    EXIT_FAIL,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_UNREACHABLE,
+    StationError,
+    Unreachable,
+    UsageError,
+)
 from vllm_station.gates import agent, needle, tools
 from vllm_station.gates.agent import load_agent_tasks
 from vllm_station.gates.cases import load_tool_cases
 from vllm_station.gates.common import Sampling, max_model_len, resolve_model
-from vllm_station.smoke import SmokeOptions, run_smoke
+from vllm_station.smoke import SmokeOptions, SmokeReport, run_smoke
 
 SCHEMA_VERSION = 1
 GATES = ("smoke", "tools", "agent", "needle", "bench")
 FROM_CONFIG = "(from --config)"
+REPORT_FILES = ("golive.json", "golive.html")
 ALWAYS_EXPECT = "failures==0"
 
 
@@ -85,6 +94,8 @@ class GoliveReport:
     result: str  # go | no-go
     exit_code: int
     gates: list[GateOutcome] = field(default_factory=list)
+    partial: bool = False  # stopped early (Ctrl-C, the server gone, a gate aborted): `stopped` says why
+    stopped: str | None = None
 
 
 # The bench gate's ranges are bench's own (bench.modes); the config file's values go through the same types.
@@ -112,7 +123,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--expect", action="append", default=[], metavar="EXPR",
         help="a bench threshold, e.g. c1.tok_s>=100 (repeatable; added to the config's; failures==0 always)",
     )  # fmt: skip
-    parser.add_argument("--out", type=Path, metavar="DIR", help="write golive.json and golive.html here")
+    parser.add_argument(
+        "--out",
+        type=output.out_dir(files=REPORT_FILES),
+        metavar="DIR",
+        help="write golive.json and golive.html here",
+    )
     parser.add_argument(
         "--skip", default="", metavar="GATES", help=f"gates to leave out, comma-separated: {', '.join(GATES)}"
     )
@@ -324,17 +340,27 @@ def run(args: argparse.Namespace) -> int:
     if args.api_key_file is None and c.text("apiKeyFile"):
         args.api_key_file = c.text("apiKeyFile")
     plan = make_plan(args, cfg)
+    if plan.out is not None:  # before the first gate, not after the last
+        output.check_dir("--out", plan.out, files=REPORT_FILES)
     ep = endpoint_from_args(args)
     rep, bench = run_golive(ep, plan, quiet=args.quiet)
+    failed: output.OutputError | None = None
     if plan.out is not None:
         from vllm_station.gates.page import write_report
 
-        for p in write_report(rep, plan.out, bench):
-            _say(args.quiet, f"wrote {p}")
+        try:
+            for p in write_report(rep, plan.out, bench):
+                _say(args.quiet, f"wrote {p}")
+        except output.OutputError as err:  # the verdict is still printed, then this error
+            failed = err
     if args.json:
         report_mod.dump_json(rep)
     else:
         print(render(rep))
+    if failed is not None:
+        raise failed
+    if rep.partial:
+        print(f"station golive: {rep.stopped}; the report holds the gates that ran", file=sys.stderr)
     return rep.exit_code
 
 
@@ -355,21 +381,34 @@ def run_golive(ep: Endpoint, plan: Plan, *, quiet: bool = False) -> tuple[Golive
 
     # 1. smoke: also the first contact (an unreachable server ends the run here)
     t0 = time.perf_counter()
+    smoke: SmokeReport | None = None
     if "smoke" in plan.skip:
         record(GateOutcome("smoke", None, "skipped", 0.0))
     else:
         _say(quiet, "smoke …")
-        smoke = run_smoke(
-            SmokeOptions(base_url=ep.base_url, model=model, api_key=ep.api_key,
-                         timeout_s=plan.timeout or 120.0, ca_file=ep.ca_file)
-        )  # fmt: skip
+        try:
+            smoke = run_smoke(
+                SmokeOptions(base_url=ep.base_url, model=model, api_key=ep.api_key,
+                             timeout_s=plan.timeout or 120.0, ca_file=ep.ca_file)
+            )  # fmt: skip
+        except KeyboardInterrupt:
+            smoke = None
+    stopped: str | None = None
+    interrupted = False
+    if "smoke" not in plan.skip and smoke is None:
+        interrupted = True
+        stopped = "interrupted (Ctrl-C) during smoke"
+        record(GateOutcome("smoke", False, stopped, time.perf_counter() - t0))
+    elif "smoke" not in plan.skip and smoke is not None:
         model = model or smoke.model
         counts = {r: sum(c.result == r for c in smoke.checks) for r in ("pass", "warn", "fail", "skip")}
         summary = ", ".join(f"{v} {k}" for k, v in counts.items() if v)
         record(GateOutcome("smoke", smoke.exit_code == 0, summary, time.perf_counter() - t0,
                            report_mod.to_jsonable(smoke)))  # fmt: skip
         stop = smoke.exit_code == EXIT_UNREACHABLE
-    if not stop:
+        if stop:
+            stopped = "server fault: unreachable at smoke"
+    if not stop and not interrupted:
         try:
             with ep.client(timeout=plan.timeout or 600.0) as api:
                 model = resolve_model(api, model)
@@ -382,9 +421,22 @@ def run_golive(ep: Endpoint, plan: Plan, *, quiet: bool = False) -> tuple[Golive
         except Unreachable as err:
             record(GateOutcome("unreachable", False, str(err), 0.0))
             stop = True
+            stopped = f"server fault: {err}"
+        except KeyboardInterrupt:  # the report keeps the gates that finished (exit 130)
+            interrupted = True
+            stopped = f"interrupted (Ctrl-C) during {_current_gate(outcomes)}"
+            record(GateOutcome(_current_gate(outcomes), False, stopped, 0.0))
+        except StationError as err:  # a gate aborted: recorded, the report still written
+            stopped = f"{_current_gate(outcomes)} aborted: {err}"
+            record(GateOutcome(_current_gate(outcomes), False, stopped, 0.0))
+    if bench and bench[0].partial and stopped is None:  # bench's own Ctrl-C handling returned
+        interrupted = True
+        stopped = "interrupted (Ctrl-C) during bench"
     held = [o.held for o in outcomes if o.held is not None]
-    ok = bool(held) and all(held) and not stop
+    ok = bool(held) and all(held) and not stop and stopped is None
     code = EXIT_OK if ok else (EXIT_UNREACHABLE if stop else EXIT_FAIL)
+    if interrupted:
+        code = EXIT_INTERRUPTED
     rep = GoliveReport(
         schema=SCHEMA_VERSION,
         started_at=started,
@@ -397,8 +449,16 @@ def run_golive(ep: Endpoint, plan: Plan, *, quiet: bool = False) -> tuple[Golive
         result="go" if ok else "no-go",
         exit_code=code,
         gates=outcomes,
+        partial=stopped is not None,
+        stopped=stopped,
     )
     return rep, (bench[0] if bench else None)
+
+
+def _current_gate(outcomes: list[GateOutcome]) -> str:
+    """The gate that was running: the first one without an outcome (gates run in `GATES` order)."""
+    done = {o.name for o in outcomes}
+    return next((g for g in GATES if g not in done), GATES[-1])
 
 
 def _gates(
@@ -485,4 +545,5 @@ def render(rep: GoliveReport) -> str:
     head = f"station golive  {rep.base_url}  model={rep.model or '-'}  vLLM {vtext or '?'}"
     verdict = "GO" if rep.result == "go" else "NO-GO"
     body = report_mod.table(["gate", "result", "seconds", "summary"], rows)
-    return f"{head}\n{body}\n{verdict} (exit {rep.exit_code})"
+    partial = f"\nPARTIAL: {rep.stopped}" if rep.partial else ""
+    return f"{head}\n{body}{partial}\n{verdict} (exit {rep.exit_code})"

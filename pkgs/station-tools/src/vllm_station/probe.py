@@ -190,7 +190,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--textfile-dir",
-        type=Path,
+        type=Path,  # not checked when parsed: see PLAIN_OUTPUT_OPTIONS in test_architecture_output
         default=None,
         help=f"write {TEXTFILE} here for node_exporter (default: none)",
     )

@@ -24,8 +24,7 @@ def to_jsonable(obj: Any) -> Any:
 
 def dump_json(obj: Any, out: TextIO | None = None) -> None:
     out = out or sys.stdout
-    json.dump(to_jsonable(obj), out, indent=2, sort_keys=False)
-    out.write("\n")
+    out.write(json.dumps(to_jsonable(obj), indent=2, sort_keys=False) + "\n")
 
 
 def fmt_cell(value: Any) -> str:

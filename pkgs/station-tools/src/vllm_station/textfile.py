@@ -20,14 +20,13 @@ import logging
 import math
 import os
 import re
-import tempfile
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vllm_station import bounded
+from vllm_station import bounded, output
 from vllm_station.errors import StationError, UsageError
 
 log = logging.getLogger(__name__)
@@ -125,18 +124,9 @@ def write(directory: Path, name: str, families: Iterable[Family]) -> Path:
     text = render(families)
     target = directory / name
     try:
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".tmp")
-    except OSError as err:
-        raise TextfileError(f"cannot write {target}: {err.strerror or err}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fchmod(f.fileno(), FILE_MODE)
-        os.replace(tmp, target)
-    except OSError as err:
-        Path(tmp).unlink(missing_ok=True)
-        raise TextfileError(f"cannot write {target}: {err.strerror or err}") from None
+        output.replace_text(target, text, option="textfile", mode=FILE_MODE)
+    except output.OutputError as err:
+        raise TextfileError(f"cannot write {target}: {err}") from None
     return target
 
 

@@ -21,7 +21,7 @@ from vllm_station.checkpoint.verification import (
     report_text,
     verify_checkpoint,
 )
-from vllm_station.errors import CheckFailed
+from vllm_station.errors import EXIT_INTERRUPTED, CheckFailed
 from vllm_station.report import dump_json
 
 log = logging.getLogger("vllm_station.verify")
@@ -83,6 +83,9 @@ def run(args: argparse.Namespace) -> int:
     )
     report.membind = membind
     render(report, args.json)
+    if report.partial:
+        print("station verify: interrupted; the report holds the checks that ran", file=sys.stderr)
+        return EXIT_INTERRUPTED
     if not report.ok:
         raise CheckFailed(failure_message(report))
     return 0

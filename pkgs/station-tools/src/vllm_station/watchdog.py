@@ -489,7 +489,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--textfile-dir",
-        type=Path,
+        type=Path,  # not checked when parsed: see PLAIN_OUTPUT_OPTIONS in test_architecture_output
         default=None,
         help=f"node_exporter textfile directory for {TEXTFILE} (default: none, no export)",
     )

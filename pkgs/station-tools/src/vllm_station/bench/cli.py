@@ -24,7 +24,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from vllm_station import argtypes
+from vllm_station import argtypes, output
 from vllm_station.api.args import add_endpoint_args, endpoint_from_args
 from vllm_station.bench import dataset, outputs
 from vllm_station.bench import expect as expect_mod
@@ -176,15 +176,21 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "second run repeats the same prompts and the server's prefix cache answers part of them)",
     )
     parser.add_argument(
-        "--json", dest="json_out", default=None, help="write the JSON report here ('-' = stdout)"
+        "--json",
+        dest="json_out",
+        type=output.out_file(dash=True),
+        default=None,
+        help="write the JSON report here ('-' = stdout)",
     )
     parser.add_argument(
-        "--csv", dest="csv_out", type=Path, default=None, help="write one CSV row per level here"
+        "--csv", dest="csv_out", type=output.out_file(), default=None, help="write one CSV row per level here"
     )
-    parser.add_argument("--plots", type=Path, default=None, help="write PNG plots into this directory")
+    parser.add_argument(
+        "--plots", type=output.out_dir(), default=None, help="write PNG plots into this directory"
+    )
     parser.add_argument(
         "--save-responses",
-        type=Path,
+        type=output.out_dir(),
         default=None,
         metavar="DIR",
         help="keep every raw response with its timings: one JSONL file per level and phase in DIR",
@@ -301,6 +307,8 @@ def write_outputs(args: argparse.Namespace, report: BenchReport) -> None:
         try:
             for p in write_plots(report, args.plots):
                 log.info("wrote %s", p)
+        except output.OutputError as exc:  # names the option and the file itself
+            written.failed.append(str(exc))
         except OSError as exc:
             written.failed.append(f"--plots {args.plots}: {exc.strerror or exc}")
     print(redact(render_table(report)), file=sys.stderr if to_stdout else sys.stdout)

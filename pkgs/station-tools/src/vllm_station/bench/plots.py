@@ -4,16 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from vllm_station import output
 from vllm_station.bench.report import BenchReport
 
 
 def write_plots(report: BenchReport, out_dir: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    out_dir.mkdir(parents=True, exist_ok=True)
+    """The PNGs, through `vllm_station.output` (text redacted and plain: a model name is never math)."""
+    plt = output.pyplot()
+    output.make_dir("--plots", out_dir)
     written: list[Path] = []
     levels = [lv for lv in report.levels if lv.ok]
     if not levels:
@@ -55,10 +53,13 @@ def write_plots(report: BenchReport, out_dir: Path) -> list[Path]:
         a.grid(True, alpha=0.3)
         a.set_xticks(x, [f"{v:g}" for v in x])
     fig.suptitle(title)
+    output.plain_figure(fig)
     fig.tight_layout()
     path = out_dir / "throughput-ttft.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        output.save_figure(fig, path, dpi=110)
+    finally:
+        plt.close(fig)
     written.append(path)
 
     fig, (b1, b2) = plt.subplots(1, 2, figsize=(11, 4))
@@ -74,9 +75,12 @@ def write_plots(report: BenchReport, out_dir: Path) -> list[Path]:
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize="small")
     fig.suptitle(f"{title}: latency CDF")
+    output.plain_figure(fig)
     fig.tight_layout()
     path = out_dir / "latency-cdf.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        output.save_figure(fig, path, dpi=110)
+    finally:
+        plt.close(fig)
     written.append(path)
     return written

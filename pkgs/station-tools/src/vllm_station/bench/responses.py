@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vllm_station import output
 from vllm_station.bench.parse import RequestResult
 from vllm_station.bench.wire import RawResult
 from vllm_station.redact import redact
@@ -45,9 +46,9 @@ class ResponseLog:
 
     def open(self) -> None:
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            self.error = f"--save-responses {self.directory}: {exc.strerror or exc}"
+            output.make_dir("--save-responses", self.directory)
+        except output.OutputError as exc:
+            self.error = str(exc)
 
     def write_phase(
         self,
@@ -90,9 +91,9 @@ class ResponseLog:
             }
             lines.append(json.dumps(rec, ensure_ascii=False, separators=(",", ":")))
         try:
-            path.write_text("\n".join(lines) + ("\n" if lines else ""), encoding="utf-8")
-        except OSError as exc:
-            self.error = f"--save-responses {path}: {exc.strerror or exc}; later phases were not saved"
+            output.write_text(path, "\n".join(lines) + ("\n" if lines else ""), option="--save-responses")
+        except output.OutputError as exc:
+            self.error = f"{exc}; later phases were not saved"
             log.warning("%s", self.error)
             return
         self.files += 1

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from vllm_station import bounded
+from vllm_station import bounded, output
 
 MAX_LISTED = 5  # problems of one kind per file before "and N more"
 
@@ -48,14 +47,6 @@ def load_json(path: Path) -> Any:
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
-    """Write JSON to a temporary file beside `path`, fsync it, then rename it over `path`."""
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(obj, f, indent=2)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    """Write JSON to a temporary file beside `path`, fsync it, then rename it over `path` (through
+    `vllm_station.output`: an existing `path` that is not a regular file is refused). Raises OSError."""
+    output.replace_text(path, json.dumps(obj, indent=2) + "\n", option=path.name, fsync=True)

@@ -86,6 +86,7 @@ class VerifyReport:
     files: list[FileEntry] = field(default_factory=list)
     # an old stamp verify could not remove: it still stands and still says "verified" (the error follows)
     stamp_left: str | None = None
+    partial: bool = False  # Ctrl-C stopped the checks: what ran is reported, nothing is stamped
 
 
 def _kind_problem(mode: int) -> str | None:
@@ -211,6 +212,9 @@ def verify_checkpoint(
         _run_checks(directory, expect, report, sha256, hash_workers, on_progress)
     except OSError as exc:  # a safety net: whatever could not be read is a failure, never a traceback
         problems.append(Problem(str(exc.filename or directory), read_error(exc)))
+    except KeyboardInterrupt:  # a partial report: what was checked, and no stamp
+        report.partial = True
+        problems.append(Problem(str(directory), "interrupted (Ctrl-C) before every check ran; not stamped"))
 
     report.ok = not problems
     report.seconds = round(time.monotonic() - started, 3)

@@ -31,12 +31,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vllm_station.api import ApiClient
+from vllm_station.api import ApiClient, ApiUnreachable
 from vllm_station.errors import UsageError
 from vllm_station.gates import classes as C
 from vllm_station.gates.cases import BUILTIN, ExpectedCall, data_dir, read_json, user_files
 from vllm_station.gates.checker import Answer, Problem, leak_check, stream_check, text_check
-from vllm_station.gates.common import Progress, Sampling, ask_plain, ask_stream
+from vllm_station.gates.common import Progress, Sampling, ask_plain, ask_stream, stopped_by
 from vllm_station.gates.env import DOMAINS, TOOLS, Environment, state_diff
 from vllm_station.gates.match import contains_fact
 
@@ -196,6 +196,8 @@ class AgentReport:
     by_domain: dict[str, dict[str, int]]
     by_class: dict[str, int]  # failing trials per class
     results: list[TaskResult]
+    partial: bool = False  # stopped early (Ctrl-C, the server went away): `stopped` says why
+    stopped: str | None = None
 
 
 def _turn_problems(
@@ -303,14 +305,19 @@ def run_battery(
 ) -> AgentReport:
     progress = Progress(len(tasks) * repeats, quiet, "agent ")
     results: list[TaskResult] = []
-    for task in tasks:
-        trials: list[Trial] = []
-        for r in range(repeats):
-            trial = run_trial(api, model, task, sampling, stream=stream, max_turns=max_turns)
-            trials.append(trial)
-            tag = f" #{r + 1}" if repeats > 1 else ""
-            progress.step(f"{task.id}{tag}: {'pass' if trial.passed else 'FAIL ' + ', '.join(trial.classes)}")
-        results.append(TaskResult(task.id, task.domain, sum(t.passed for t in trials), trials))
+    stopped: str | None = None
+    try:
+        for task in tasks:
+            trials: list[Trial] = []
+            for r in range(repeats):
+                trial = run_trial(api, model, task, sampling, stream=stream, max_turns=max_turns)
+                trials.append(trial)
+                tag = f" #{r + 1}" if repeats > 1 else ""
+                verdict = "pass" if trial.passed else "FAIL " + ", ".join(trial.classes)
+                progress.step(f"{task.id}{tag}: {verdict}")
+            results.append(TaskResult(task.id, task.domain, sum(t.passed for t in trials), trials))
+    except (KeyboardInterrupt, ApiUnreachable) as exc:  # a partial report of the tasks that finished
+        stopped = stopped_by(exc)
     by_domain: dict[str, dict[str, int]] = {}
     for res in results:
         d = by_domain.setdefault(res.domain, {"tasks": 0, "passed": 0})
@@ -328,11 +335,14 @@ def run_battery(
         max_turns=max_turns,
         tasks=len(results),
         passed=passed,
-        result="pass" if results and passed == len(results) else "fail",  # nothing run: not held
+        # nothing run, or stopped early: not held
+        result="pass" if results and passed == len(results) and stopped is None else "fail",
         pass_hat=pass_hat([res.passed for res in results], repeats),
         by_domain=by_domain,
         by_class=dict(sorted(by_class.items())),
         results=results,
+        partial=stopped is not None,
+        stopped=stopped,
     )
 
 

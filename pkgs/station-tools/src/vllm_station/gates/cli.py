@@ -15,16 +15,16 @@ models served and no --model), 3 the server is unreachable.
 from __future__ import annotations
 
 import argparse
-import json
+import sys
 from pathlib import Path
 from typing import Any
 
-from vllm_station import argtypes, bounded, report
+from vllm_station import argtypes, bounded, output, report
 from vllm_station.api.args import add_endpoint_args, endpoint_from_args
-from vllm_station.errors import EXIT_FAIL, EXIT_OK, UsageError
+from vllm_station.errors import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREACHABLE, UsageError
 from vllm_station.gates.agent import DEFAULT_MAX_TURNS, load_agent_tasks
 from vllm_station.gates.cases import ToolCase, load_tool_cases
-from vllm_station.gates.common import MAX_CONTEXT, Sampling, max_model_len, resolve_model
+from vllm_station.gates.common import INTERRUPTED, MAX_CONTEXT, Sampling, max_model_len, resolve_model
 from vllm_station.gates.needle import DEFAULT_DEPTHS, DEFAULT_LENGTHS, VARIANTS, depths_option, lengths_option
 
 MAX_TOKENS = 1_000_000
@@ -65,7 +65,9 @@ def _common(sp: argparse.ArgumentParser, timeout: float, max_tokens: int) -> Non
         help='more fields for every request, e.g. \'{"chat_template_kwargs": {"enable_thinking": false}}\'',
     )
     sp.add_argument("--json", action="store_true", help="print the report as JSON (docs/gates.md)")
-    sp.add_argument("--output", type=Path, metavar="FILE", help="also write the JSON report here")
+    sp.add_argument(
+        "--output", type=output.out_file(), metavar="FILE", help="also write the JSON report here"
+    )
     sp.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
 
@@ -181,16 +183,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _emit(rep: Any, args: argparse.Namespace, text: str) -> None:
+def _emit(rep: Any, args: argparse.Namespace, text: str) -> int:
+    """Print and write the report (a partial one too: Ctrl-C, a server gone); the exit code."""
     if args.output is not None:
-        try:
-            args.output.write_text(json.dumps(report.to_jsonable(rep), indent=2) + "\n")
-        except OSError as exc:
-            raise UsageError(f"--output {args.output}: {exc.strerror or exc}") from None
+        output.write_json(args.output, rep, option="--output")
     if args.json:
         report.dump_json(rep)
     else:
         print(text)
+    if getattr(rep, "partial", False):
+        print(f"station gates {args.gate}: {rep.stopped}; the report holds what ran", file=sys.stderr)
+        return EXIT_INTERRUPTED if rep.stopped == INTERRUPTED else EXIT_UNREACHABLE
+    return EXIT_OK if rep.result == "pass" else EXIT_FAIL
 
 
 def _sampling(args: argparse.Namespace) -> Sampling:
@@ -245,8 +249,7 @@ def _run_agent(args: argparse.Namespace) -> int:
             api, model, tasks, sampling, repeats=args.repeats, stream=not args.no_stream,
             max_turns=args.max_turns, quiet=args.quiet,
         )  # fmt: skip
-    _emit(rep, args, render(rep))
-    return EXIT_OK if rep.result == "pass" else EXIT_FAIL
+    return _emit(rep, args, render(rep))
 
 
 def _run_tools(args: argparse.Namespace) -> int:
@@ -258,8 +261,7 @@ def _run_tools(args: argparse.Namespace) -> int:
     with ep.client(timeout=args.timeout) as api:
         model = resolve_model(api, args.model)
         rep = run_battery(api, model, cases, sampling, quiet=args.quiet)
-    _emit(rep, args, render(rep))
-    return EXIT_OK if rep.result == "pass" else EXIT_FAIL
+    return _emit(rep, args, render(rep))
 
 
 def _run_needle(args: argparse.Namespace) -> int:
@@ -294,11 +296,12 @@ def _run_needle(args: argparse.Namespace) -> int:
         rep = run_battery(
             api, model, cases, sampling, max_model_len=mml, cache=cache, seed=args.seed, quiet=args.quiet
         )
-    _emit(rep, args, render(rep))
-    return EXIT_OK if rep.result == "pass" else EXIT_FAIL
+    return _emit(rep, args, render(rep))
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "output", None) is not None:
+        output.check_file("--output", args.output)  # before any request, not after the battery
     if args.gate == "needle":
         return _run_needle(args)
     if args.gate == "tools":

@@ -16,6 +16,12 @@ from vllm_station.gates.checker import Answer
 SEED = 1234
 MAX_CONTEXT = 16 * 1024 * 1024  # the longest max_model_len the gates build prompts for (16M tokens)
 log = logging.getLogger(__name__)
+INTERRUPTED = "interrupted (Ctrl-C)"
+
+
+def stopped_by(exc: BaseException) -> str:
+    """Why a battery stopped early (its report is then `partial`): Ctrl-C or a server that went away."""
+    return INTERRUPTED if isinstance(exc, KeyboardInterrupt) else f"server fault: {exc}"
 
 
 @dataclass

@@ -36,12 +36,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vllm_station import argtypes, bounded
+from vllm_station import argtypes, bounded, output
 from vllm_station.api import ApiClient, ApiError, ApiUnreachable, ChatChunk
 from vllm_station.errors import UsageError
 from vllm_station.gates import classes as C
 from vllm_station.gates.checker import parse_arguments
-from vllm_station.gates.common import MAX_CONTEXT, Progress, Sampling, ask_stream
+from vllm_station.gates.common import MAX_CONTEXT, Progress, Sampling, ask_stream, stopped_by
 
 log = logging.getLogger(__name__)
 
@@ -313,10 +313,8 @@ def _read_cache(path: Path | None) -> dict[str, Any]:
 def _write_cache(path: Path, data: dict[str, Any]) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data, indent=1) + "\n")
-        os.replace(tmp, path)
-    except OSError as exc:
+        output.replace_text(path, json.dumps(data, indent=1) + "\n", option="--calibration-cache")
+    except OSError as exc:  # output.OutputError is one
         log.warning("cannot write the needle calibration cache %s: %s", path, exc)
 
 
@@ -467,6 +465,8 @@ class NeedleReport:
     result: str
     by_class: dict[str, int]
     results: list[NeedleResult] = field(default_factory=list)
+    partial: bool = False  # stopped early (Ctrl-C, the server went away): `stopped` says why
+    stopped: str | None = None
 
 
 def _needles(case: NeedleCase, rng: random.Random) -> list[Needle]:
@@ -574,17 +574,22 @@ def run_battery(
     )
     progress = Progress(len(cases), quiet, "needle ")
     results: list[NeedleResult] = []
-    for case in cases:
-        try:
-            r = run_case(api, model, builder, case, sampling, max_model_len, seed)
-        except ApiUnreachable:
-            raise
-        except ApiError as err:  # /tokenize failed: the case cannot be built
-            r = NeedleResult(case.id, case.variant, case.length, case.depth, False, C.REQUEST_FAILED,
-                             str(err), None, False, 0, 0.0, None, None, None)  # fmt: skip
-        results.append(r)
-        wall = f", {r.wall_s:.2f} s" if r.wall_s is not None else ""
-        progress.step(f"{r.id}: {'retrieved' if r.retrieved else 'MISSED'} ({r.prompt_tokens} tokens{wall})")
+    stopped: str | None = None
+    try:
+        for case in cases:
+            try:
+                r = run_case(api, model, builder, case, sampling, max_model_len, seed)
+            except ApiUnreachable:
+                raise
+            except ApiError as err:  # /tokenize failed: the case cannot be built
+                r = NeedleResult(case.id, case.variant, case.length, case.depth, False, C.REQUEST_FAILED,
+                                 str(err), None, False, 0, 0.0, None, None, None)  # fmt: skip
+            results.append(r)
+            wall = f", {r.wall_s:.2f} s" if r.wall_s is not None else ""
+            verdict = "retrieved" if r.retrieved else "MISSED"
+            progress.step(f"{r.id}: {verdict} ({r.prompt_tokens} tokens{wall})")
+    except (KeyboardInterrupt, ApiUnreachable) as exc:  # a partial report of the cases that ran
+        stopped = stopped_by(exc)
     classify(results)
     cal = builder.calibration
     by_class: dict[str, int] = {}
@@ -610,9 +615,12 @@ def run_battery(
         record={"prompt_tokens": RECORD_PROMPT_TOKENS, "wall_s": list(RECORD_WALL_S)},
         cases=len(results),
         passed=passed,
-        result="pass" if results and passed == len(results) else "fail",  # nothing run: not held
+        # nothing run, or stopped early: not held
+        result="pass" if results and passed == len(results) and stopped is None else "fail",
         by_class=dict(sorted(by_class.items())),
         results=results,
+        partial=stopped is not None,
+        stopped=stopped,
     )
 
 

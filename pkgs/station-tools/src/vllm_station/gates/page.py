@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import base64
 import html
-import io
 import json
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from vllm_station import bounded
+from vllm_station import bounded, output
 from vllm_station import report as report_mod
 from vllm_station.bench.report import BenchReport
-from vllm_station.errors import UsageError
 
 _CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222}
@@ -45,16 +43,11 @@ def _img(png: bytes, alt: str) -> str:
 
 
 def _png(fig: Any) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
-    return _img(buf.getvalue(), "needle plot")
+    return _img(output.save_figure(fig, option="--out", dpi=90, bbox_inches="tight"), "needle plot")
 
 
 def _needle_plot(rep: dict[str, Any]) -> str:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = output.pyplot()
 
     results = rep.get("results") or []
     if not results:
@@ -77,8 +70,10 @@ def _needle_plot(rep: dict[str, Any]) -> str:
     a2.set_xlabel("prompt tokens")
     a2.set_ylabel("seconds")
     a2.legend()
-    out = _png(fig)
-    plt.close(fig)
+    try:
+        out = _png(fig)
+    finally:
+        plt.close(fig)
     return out
 
 
@@ -205,13 +200,10 @@ def to_html(rep: Any, bench: BenchReport | None = None) -> str:
 
 
 def write_report(rep: Any, out_dir: Path, bench: BenchReport | None = None) -> list[Path]:
-    """golive.json and golive.html in `out_dir` (created)."""
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        js = out_dir / "golive.json"
-        js.write_text(json.dumps(report_mod.to_jsonable(rep), indent=2) + "\n")
-        page = out_dir / "golive.html"
-        page.write_text(to_html(rep, bench))
-    except OSError as exc:
-        raise UsageError(f"--out {out_dir}: cannot write the report ({exc.strerror or exc})") from None
+    """golive.json and golive.html in `out_dir` (created), through `vllm_station.output` (redacted).
+
+    The JSON is written first: a page that cannot be drawn still leaves the report (then: OutputError)."""
+    output.make_dir("--out", out_dir)
+    js = output.write_json(out_dir / "golive.json", rep, option="--out")
+    page = output.write_text(out_dir / "golive.html", to_html(rep, bench), option="--out")
     return [js, page]

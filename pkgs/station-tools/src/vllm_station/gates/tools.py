@@ -20,11 +20,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from vllm_station.api import ApiClient
+from vllm_station.api import ApiClient, ApiUnreachable
 from vllm_station.gates import classes as C
 from vllm_station.gates.cases import ExpectedCall, ToolCase
 from vllm_station.gates.checker import Answer, Problem, ast_check, leak_check, stream_check, text_check
-from vllm_station.gates.common import Progress, Sampling, ask_plain, ask_stream
+from vllm_station.gates.common import Progress, Sampling, ask_plain, ask_stream, stopped_by
 
 SCHEMA_VERSION = 1
 
@@ -67,6 +67,8 @@ class ToolsReport:
     by_category: dict[str, CategoryCount]
     by_class: dict[str, int]  # failing cases per class
     results: list[CaseResult]
+    partial: bool = False  # stopped early (Ctrl-C, the server went away): `stopped` says why
+    stopped: str | None = None
 
 
 def _calls_json(ans: Answer) -> list[dict[str, Any]]:
@@ -171,10 +173,14 @@ def run_battery(
 ) -> ToolsReport:
     progress = Progress(len(cases), quiet, "tools ")
     results: list[CaseResult] = []
-    for case in cases:
-        r = run_case(api, model, case, sampling)
-        results.append(r)
-        progress.step(f"{case.id}: {'pass' if r.passed else 'FAIL ' + ', '.join(r.classes)}")
+    stopped: str | None = None
+    try:
+        for case in cases:
+            r = run_case(api, model, case, sampling)
+            results.append(r)
+            progress.step(f"{case.id}: {'pass' if r.passed else 'FAIL ' + ', '.join(r.classes)}")
+    except (KeyboardInterrupt, ApiUnreachable) as exc:  # a partial report of the cases that ran
+        stopped = stopped_by(exc)
     by_cat: dict[str, CategoryCount] = {}
     for r in results:
         cc = by_cat.setdefault(r.category, CategoryCount())
@@ -190,10 +196,13 @@ def run_battery(
         cases=len(results),
         passed=passed,
         failed=len(results) - passed,
-        result="pass" if results and passed == len(results) else "fail",  # nothing run: not held
+        # nothing run, or stopped early: not held
+        result="pass" if results and passed == len(results) and stopped is None else "fail",
         by_category=by_cat,
         by_class=dict(sorted(by_class.items())),
         results=results,
+        partial=stopped is not None,
+        stopped=stopped,
     )
 
 

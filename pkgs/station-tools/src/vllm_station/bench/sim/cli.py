@@ -10,7 +10,7 @@ import signal
 import sys
 from pathlib import Path
 
-from vllm_station import argtypes
+from vllm_station import argtypes, output
 from vllm_station.api import load_api_key
 from vllm_station.bench.sim.config import ENGINE_MODES, FAIL_KINDS, SimConfig, parse_fail
 from vllm_station.bench.sim.server import serve
@@ -88,7 +88,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--api-key-file", type=Path, default=None, help="require the bearer key in this file on /v1"
     )
     parser.add_argument(
-        "--stats-file", type=Path, default=None, help="write the emitted schedule here on exit"
+        "--stats-file", type=output.out_file(), default=None, help="write the emitted schedule here on exit"
     )
 
 
@@ -116,6 +116,8 @@ def options(args: argparse.Namespace) -> SimConfig:
 
 def run(args: argparse.Namespace) -> int:
     config = options(args)
+    if args.stats_file is not None:
+        output.check_file("--stats-file", args.stats_file)  # before serving, not on exit
     return asyncio.run(_run(config, args.host, args.port, args.stats_file))
 
 
@@ -154,5 +156,5 @@ async def _run(config: SimConfig, host: str, port: int, stats_file: Path | None)
             file=sys.stderr,
         )
     if stats_file is not None:
-        stats_file.write_text(json.dumps(stats, indent=2) + "\n")
+        output.write_text(stats_file, json.dumps(stats, indent=2) + "\n", option="--stats-file")
     return EXIT_INTERRUPTED if received and received[0] == signal.SIGINT else EXIT_OK
