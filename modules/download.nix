@@ -1,9 +1,17 @@
 # services.vllm-station.download: one oneshot unit per model that fetches a pinned revision with
 # `station download` bound to NUMA node 0 (systemd's own NUMAPolicy, so the page cache of a 464 GB
-# download never lands in the GPU's HBM on node 1), then verifies it and writes
-# `<dir>/.station-verified.json`. The serving unit refuses to start on a local model without that stamp
-# (its start sequence, serve.nix); this module feeds it the expected revision and the unit names
-# through `serve.inputs.checkpoint` and never edits the serving unit itself.
+# download never lands in the GPU's HBM on node 1), then verifies it and writes the stamp
+# `.station-verified.json`. The serving unit refuses to start on a local model without that stamp
+# (its start sequence, serve.nix); this module feeds it the expected revision, the revision's
+# directory and the unit names through `serve.inputs.checkpoint` and never edits the serving unit itself.
+#
+# Revisions (docs/download.md): revision R of entry `<name>` lives in `<dir>/revisions/R`
+# (contract.revisionDir) with its own stamp, so a new pin is fetched beside the revisions already on disk
+# and setting the pin back finds the old one verified (no download). The unit is skipped while the
+# pinned revision's stamp exists, and it is not `RemainAfterExit`: it goes inactive when it is done, so
+# that `OnSuccess=` starts the serving unit (which is skipped until that stamp exists: the first switch
+# returns without waiting for the download). After a fetch, `station revisions prune` keeps the pinned
+# revision and the `keepRevisions` newest verified ones and deletes the older ones.
 #
 # Checkpoints live under /var/lib/vllm-station-models, not in the serving unit's StateDirectory
 # (/var/lib/vllm-station): systemd chowns a StateDirectory to its unit's user, recursively when the
@@ -33,6 +41,8 @@ let
   contract = import ./lib/contract.nix;
   hardening = import ./lib/hardening.nix;
   inherit (contract) stampName modelsRoot stampOf;
+  # Where the pinned revision of an entry lives (a `verifyOnly` entry without a revision: `dir` itself).
+  checkpointDir = m: if m.revision != null then contract.revisionDir m.dir m.revision else m.dir;
   cacheRoot = contract.downloadCacheDir;
   unitName = contract.downloadUnit;
 
@@ -114,8 +124,23 @@ let
           default = "${modelsRoot}/${name}";
           defaultText = literalExpression ''"/var/lib/vllm-station-models/''${name}"'';
           description = ''
-            Directory the checkpoint is written to and verified in; the verification stamp is
-            `<dir>/${stampName}`. Point {option}`services.vllm-station.serve.model` here to serve it.
+            The entry's directory. Revision R is written to and verified in
+            `<dir>/${contract.revisionsDirName}/R`, with its stamp `<dir>/${contract.revisionsDirName}/R/${stampName}`
+            (a `verifyOnly` entry without a {option}`revision`: `<dir>` itself). Point
+            {option}`services.vllm-station.serve.model` here to serve it: the serving unit serves the
+            pinned revision's directory.
+          '';
+        };
+
+        keepRevisions = mkOption {
+          type = types.ints.positive;
+          default = cfg.keepRevisions;
+          defaultText = literalExpression "config.services.vllm-station.download.keepRevisions";
+          description = ''
+            Verified revisions kept under `<dir>/${contract.revisionsDirName}` after a new one is
+            fetched: the pinned one and the newest others (by the time their stamp records), up to
+            this many; older ones are deleted (`station revisions prune`). The pinned revision is
+            never deleted.
           '';
         };
 
@@ -213,8 +238,8 @@ let
           type = types.bool;
           default = true;
           description = ''
-            Skip the unit (`ConditionPathExists=!<dir>/${stampName}`) once the checkpoint carries a
-            stamp. Delete the stamp (or run `station verify` by hand) to force a new pass.
+            Skip the unit (`ConditionPathExists=!<revision's directory>/${stampName}`) once the pinned
+            revision carries a stamp. Delete that stamp (or run `station verify` by hand) to force a new pass.
           '';
         };
 
@@ -254,7 +279,7 @@ let
         "copy"
         m.copyFrom
         "--dir"
-        m.dir
+        (checkpointDir m)
         "--revision"
         (toString m.revision)
         "--repo"
@@ -271,7 +296,7 @@ let
       [
         station
         "verify"
-        m.dir
+        (checkpointDir m)
         # What the copy is, recorded in its stamp: the serving unit's gate compares the revision.
         "--repo"
         m.model
@@ -289,7 +314,7 @@ let
         "--revision"
         (toString m.revision)
         "--dir"
-        m.dir
+        (checkpointDir m)
         # The tool binds itself too (before any I/O); same nodes as the unit's NUMAMask.
         "--membind"
         (nodeList m)
@@ -300,6 +325,18 @@ let
       ]) m.include
       ++ lib.optional m.allowBranch "--allow-branch"
       ++ expectations;
+
+  # After a new revision verified: keep the pinned one and the newest `keepRevisions`, delete the rest.
+  pruneArgs = m: [
+    station
+    "revisions"
+    "prune"
+    m.dir
+    "--pin"
+    m.revision
+    "--keep"
+    (toString m.keepRevisions)
+  ];
 
   nodeList = m: lib.concatMapStringsSep "," toString m.numaNodes;
   fromHub = m: !m.verifyOnly && m.copyFrom == null;
@@ -328,7 +365,10 @@ let
     # Bounded retries: a flaky link gets `retries` tries an hour, then the unit stays failed.
     startLimitBurst = cfg.retries;
     startLimitIntervalSec = 3600;
-    unitConfig = lib.optionalAttrs m.skipIfVerified { ConditionPathExists = "!${stampOf m.dir}"; };
+    unitConfig =
+      lib.optionalAttrs m.skipIfVerified { ConditionPathExists = "!${stampOf (checkpointDir m)}"; }
+      # The serving unit is skipped until its checkpoint is stamped (serve.nix); start it once it is.
+      // lib.optionalAttrs (servesLocalModel && m.dir == servedModel) { OnSuccess = "${contract.unit}.service"; };
     environment = {
       HF_HOME = "${cacheRoot}/huggingface";
       HF_HUB_DISABLE_TELEMETRY = "1";
@@ -336,15 +376,25 @@ let
     // m.environment;
     serviceConfig = {
       Type = "oneshot";
-      RemainAfterExit = true;
+      # Not RemainAfterExit: done, the unit goes inactive, which is what fires `OnSuccess=` (an active
+      # oneshot never "succeeds"); the next start is skipped by the stamp condition.
+      # A checkpoint verified directly in `dir` (the layout before revisions) moves to its revision's
+      # directory first (renames): not downloaded again after an upgrade of this module.
+      ExecStartPre = lib.optional (m.revision != null) (utils.escapeSystemdExecArgs [
+        station
+        "revisions"
+        "adopt"
+        m.dir
+      ]);
       ExecStart = execStartFor m;
+      ExecStartPost = lib.optional (m.revision != null) (utils.escapeSystemdExecArgs (pruneArgs m));
       Restart = "on-failure";
       RestartSec = cfg.restartSec;
       TimeoutStartSec = cfg.timeoutStartSec;
       User = cfg.user;
       Group = cfg.group;
       CacheDirectory = "vllm-station-download"; # its own: see the header on shared directories
-      ReadWritePaths = [ m.dir ];
+      ReadWritePaths = [ m.dir ]; # the revision's directory, and the older ones prune deletes
       LoadCredential = lib.optional (fromHub m && m.tokenFile != null) "hf-token:${m.tokenFile}";
 
       # systemd binds the process before exec, so every page it touches (page cache included) is
@@ -442,6 +492,15 @@ in
       '';
     };
 
+    keepRevisions = mkOption {
+      type = types.ints.positive;
+      default = 2;
+      description = ''
+        Default of every entry's `keepRevisions`: verified revisions kept on disk, the pinned one
+        included. 2 keeps the one served before the last upgrade, so a rollback needs no download.
+      '';
+    };
+
     retries = mkOption {
       type = types.ints.positive;
       default = 3;
@@ -533,6 +592,7 @@ in
       services.vllm-station.serve.inputs.checkpoint = {
         units = lib.mapAttrsToList (n: _: "${unitName n}.service") matchingDownloads;
         revision = mkIf (lib.length servedRevisions == 1) (lib.head servedRevisions);
+        dir = mkIf (lib.length servedRevisions == 1) (contract.revisionDir servedModel (lib.head servedRevisions));
       };
     })
   ];
