@@ -1042,6 +1042,8 @@ in
           maxModelLen
           maxNumSeqs
           kvCacheDtype
+          toolCallParser
+          reasoningParser
           ;
         modelDir = if modelIsPath then modelPath else null;
         revision = inputs.checkpoint.revision;

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from vllm_station import argtypes
 from vllm_station.checkpoint.revisions import (
     adopt_flat_checkpoint,
     delete_revision,
@@ -46,7 +47,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     prune.add_argument(
         "--keep",
         metavar="N",
-        type=int,
+        type=argtypes.count(lo=1, hi=1000),
         default=2,
         help="verified revisions kept in all, the pinned one included (default 2)",
     )
@@ -107,8 +108,6 @@ def run(args: argparse.Namespace) -> int:
     _check_revision("--pin", args.pin)
     for value in args.protect:
         _check_revision("--protect", value)
-    if args.keep < 1:
-        raise UsageError(f"--keep must be at least 1 (the pinned revision), got {args.keep}")
     plan = plan_prune(revisions, pinned=args.pin, keep=args.keep, protect=frozenset(args.protect))
     failed: dict[str, str] = {}
     deleted: list[str] = []
