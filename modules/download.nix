@@ -387,7 +387,9 @@ let
         m.dir
       ]);
       ExecStart = execStartFor m;
-      ExecStartPost = lib.optional (m.revision != null) (utils.escapeSystemdExecArgs (pruneArgs m));
+      # `-`: housekeeping; a revision it cannot delete (files of another owner) is logged, and the
+      # verified pin still counts as done (OnSuccess= starts the serving unit).
+      ExecStartPost = lib.optional (m.revision != null) ("-" + utils.escapeSystemdExecArgs (pruneArgs m));
       Restart = "on-failure";
       RestartSec = cfg.restartSec;
       TimeoutStartSec = cfg.timeoutStartSec;

@@ -417,6 +417,7 @@ in
           downloadCondition = d.unitConfig.ConditionPathExists;
           downloadDir = h.flagValue "--dir" (startArgv config);
           prune = map h.argv d.serviceConfig.ExecStartPost;
+          pruneIgnoresFailure = map (lib.hasPrefix "-") d.serviceConfig.ExecStartPost;
           adopt = map h.argv d.serviceConfig.ExecStartPre;
           onSuccess = d.unitConfig.OnSuccess;
         };
@@ -452,6 +453,7 @@ in
           "2"
         ]
       ]
+      ++ h.eq "a prune that fails does not fail the verified download" r2.pruneIgnoresFailure [ true ]
       ++ h.eq "a flat checkpoint of before is adopted first" r2.adopt [
         [
           station
