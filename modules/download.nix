@@ -368,7 +368,9 @@ let
     unitConfig =
       lib.optionalAttrs m.skipIfVerified { ConditionPathExists = "!${stampOf (checkpointDir m)}"; }
       # The serving unit is skipped until its checkpoint is stamped (serve.nix); start it once it is.
-      // lib.optionalAttrs (servesLocalModel && m.dir == servedModel) { OnSuccess = "${contract.unit}.service"; };
+      // lib.optionalAttrs (servesLocalModel && m.dir == servedModel) {
+        OnSuccess = [ "${contract.unit}.service" ] ++ lib.optional (top.golive.enable or false) "${contract.goliveUnit}.service";
+      };
     environment = {
       HF_HOME = "${cacheRoot}/huggingface";
       HF_HUB_DISABLE_TELEMETRY = "1";

@@ -918,6 +918,18 @@ in
       '';
     };
 
+    startCondition = mkOption {
+      type = types.nullOr types.str;
+      readOnly = true;
+      internal = true;
+      default = if awaitsDownload then contract.stampOf modelPath else null;
+      defaultText = literalExpression "the pinned revision's stamp when a download unit produces the checkpoint, else null";
+      description = ''
+        The path whose existence the serving unit's start needs (`ConditionPathExists=`): the pinned
+        revision's stamp while a download unit produces it. golive's unit waits on the same condition.
+      '';
+    };
+
     checkpointDir = mkOption {
       type = types.nullOr types.str;
       readOnly = true;
@@ -1078,7 +1090,7 @@ in
         startLimitBurst = 3;
         startLimitIntervalSec = 3600;
         inherit (inputs) restartTriggers;
-        unitConfig = optionalAttrs awaitsDownload { ConditionPathExists = contract.stampOf modelPath; };
+        unitConfig = optionalAttrs (cfg.startCondition != null) { ConditionPathExists = cfg.startCondition; };
 
         environment = unitEnvironment;
 

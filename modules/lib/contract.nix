@@ -22,6 +22,8 @@ rec {
 
   # The serving unit, and the container it runs (same name).
   unit = "vllm-station";
+  # golive's oneshot (golive.nix); the download unit starts it with the serving unit (download.nix).
+  goliveUnit = "${unit}-golive";
   stateDir = "/var/lib/${unit}";
   cacheDir = "/var/cache/${unit}";
   logsDir = "/var/log/${unit}";

@@ -226,7 +226,7 @@ in
     # stamp exists, and the download unit starts it when it is done.
     ++ h.lacks "not ordered after the download" u.after "vllm-station-download-glm53.service"
     ++ h.eq "skipped until the pinned revision is verified" u.unitConfig.ConditionPathExists "${revDir rev}/.station-verified.json"
-    ++ h.eq "the download starts it" (unitOf config).unitConfig.OnSuccess "vllm-station.service"
+    ++ h.eq "the download starts it" (unitOf config).unitConfig.OnSuccess [ "vllm-station.service" ]
     ++ h.eq "vLLM loads the revision's directory" (lib.head config.services.vllm-station.serve.vllmArgs) (revDir rev)
     ++ h.contains "read-only in the container, at the same path" (h.argv u.serviceConfig.ExecStart) "${revDir rev}:${revDir rev}:ro"
     ++ h.eq "preflight revision" (h.preflightJson config).revision rev
@@ -462,7 +462,7 @@ in
           dir
         ]
       ]
-      ++ h.eq "the download starts the serving unit" r2.onSuccess "vllm-station.service"
+      ++ h.eq "the download starts the serving unit" r2.onSuccess [ "vllm-station.service" ]
       ++ h.eq "back to R1: R1's units exactly" back r1
       ++ h.eq "R1's download is skipped while R1's stamp exists (no download)" back.downloadCondition "!${revDir rev}/.station-verified.json"
     );
@@ -492,6 +492,29 @@ in
     ++ h.eq "no adopt" ((dsc config).ExecStartPre or [ ]) [ ]
     ++ h.eq "condition on dir's stamp" (unitOf config).unitConfig.ConditionPathExists "!${dir}/.station-verified.json"
   );
+
+  # golive waits on the same condition as the serving unit (skipped at a first switch without a
+  # checkpoint) and the download unit starts both once the revision is stamped.
+  golive-follows-the-checkpoint = h.check (with' served { services.vllm-station.golive.enable = true; }) (
+    config:
+    h.eq "the download starts the serving unit and golive" (unitOf config).unitConfig.OnSuccess [
+      "vllm-station.service"
+      "vllm-station-golive.service"
+    ]
+    ++ h.eq "golive skipped until the revision is stamped" config.systemd.services.vllm-station-golive.unitConfig.ConditionPathExists "${revDir rev}/.station-verified.json"
+    ++ h.contains "golive after the serving unit" config.systemd.services.vllm-station-golive.after "vllm-station.service"
+  );
+
+  golive-without-download-has-no-condition = h.check [
+    {
+      services.vllm-station.serve = {
+        enable = true;
+        image = h.image;
+        model = "/srv/models/x";
+      };
+      services.vllm-station.golive.enable = true;
+    }
+  ] (config: h.eq "no condition" (config.systemd.services.vllm-station-golive.unitConfig ? ConditionPathExists) false);
 
   # Not serving this entry: the download starts nothing.
   download-not-served-starts-nothing = h.check [ glm ] (
