@@ -552,6 +552,11 @@ in
               "services.vllm-station.download.models.${name}.revision: \"${m.revision}\" is not a 40-hex commit id; pin a commit or set allowBranch = true.";
         }) enabledModels
         ++ lib.mapAttrsToList (name: m: {
+          # It names one directory, `<dir>/revisions/<revision>` (vllm_station.checkpoint.revisions accepts the same).
+          assertion = m.revision == null || (builtins.match "[A-Za-z0-9._-]+" m.revision != null && m.revision != "." && m.revision != "..");
+          message = "services.vllm-station.download.models.${name}.revision: \"${toString m.revision}\" cannot name a revision directory (letters, digits, '.', '_', '-'); pin the commit it resolves to.";
+        }) enabledModels
+        ++ lib.mapAttrsToList (name: m: {
           assertion = lib.hasPrefix "/" m.dir;
           message = "services.vllm-station.download.models.${name}.dir: \"${m.dir}\" must be an absolute path.";
         }) enabledModels

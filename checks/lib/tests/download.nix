@@ -537,6 +537,15 @@ in
     (lib.recursiveUpdate glm { services.vllm-station.download.models.glm53.revision = "main"; })
   ] "\"main\" is not a 40-hex commit id";
 
+  assert-revision-names-one-directory = h.assertionFails [
+    (lib.recursiveUpdate glm {
+      services.vllm-station.download.models.glm53 = {
+        revision = "refs/pr/1";
+        allowBranch = true;
+      };
+    })
+  ] "cannot name a revision directory";
+
   branch-allowed = h.check [
     (lib.recursiveUpdate glm {
       services.vllm-station.download.models.glm53 = {
