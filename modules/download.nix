@@ -189,8 +189,10 @@ let
           type = types.bool;
           default = false;
           description = ''
-            Do not download: only run `station verify` on {option}`dir` (a copy synced from the other
-            station, e.g. with rsync under `station numa-exec --membind 0`). Writes the same stamp.
+            Do not download: only run `station verify` on the revision's directory,
+            `<dir>/${contract.revisionsDirName}/<revision>` (`dir` itself without a {option}`revision`): a copy
+            synced there from the other station, e.g. with rsync under `station numa-exec --membind 0`.
+            Writes the same stamp.
           '';
         };
 

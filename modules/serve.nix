@@ -626,8 +626,11 @@ in
       description = ''
         The checkpoint to serve: an absolute path to a local directory, normally one that a
         `services.vllm-station.download.models.<name>` entry downloads and verifies (its `dir`,
-        `/var/lib/vllm-station-models/<name>` by default). The unit refuses to start until the
-        directory carries the verification stamp (`${contract.stampName}`). A path outside
+        `/var/lib/vllm-station-models/<name>` by default): vLLM then loads the pinned revision's
+        directory under it (`<model>/${contract.revisionsDirName}/<revision>`), and the unit is skipped
+        until that directory carries the verification stamp (`${contract.stampName}`), then started by
+        the download unit. Any other local directory must carry the stamp itself, or the start is
+        refused. A path outside
         `/var/lib/vllm-station` is mounted read-only into the container at the same place.
         A Hugging Face repo id is served only with {option}`allowHubDownload`.
       '';
