@@ -94,6 +94,10 @@ def flash(hub: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Statio
         FIGURES.record("machine boot (s)", round(station.machine.boot_seconds, 1))
         m = station.machine
         m.write(API_KEY_PATH, API_KEY + "\n", mode=0o600)
+        # what the revision scenario re-renders with (a switch to another pinned revision)
+        station.render_again = lambda revision: render(  # type: ignore[attr-defined]
+            str(tree), "flash-station", image, hub=hub.url, revision=revision
+        )
         yield station
     finally:
         if station is not None:
@@ -493,3 +497,100 @@ def test_stop_uses_the_runtime_stop_path_and_leaves_no_running_container(
         "the engine got SIGTERM and exited by itself (137 would be the timeout's SIGKILL)"
     )
     assert '"stop" "-t" "60" "vllm-station"' in st.unit()
+
+
+def _switch(st: Station, rendered: Any) -> float:
+    """What `nixos-rebuild switch` does to the serving unit when its text changed: the new unit files,
+    daemon-reload, stop the old unit, start the new one (X-StopIfChanged). Returns the start's seconds."""
+    m = st.machine
+    st.store.materialize_texts(
+        [*rendered.units.values(), *rendered.etc.values(), *rendered.tmpfiles]
+    )
+    st.rendered = rendered
+    st.install()
+    m.systemctl("stop", SERVE, timeout=180)
+    m.systemctl("reset-failed", SERVE, check=False)
+    t0 = time.monotonic()
+    proc = m.run(["systemctl", "start", SERVE], check=False, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return time.monotonic() - t0
+
+
+def test_revision_upgrade_then_rollback(flash: Station, hub: Any) -> None:
+    """R1 → R2 → R1 under real systemd. The upgrade: the switch's start returns at once (R2 not verified:
+    skipped), R2 is fetched beside R1 bound to node 0, the download unit starts the engine on R2, and
+    prune keeps both (keepRevisions 2). The rollback: R1's stamp is still there, the engine starts on R1
+    at once and nothing is downloaded (the download unit is skipped, the hub sees no request)."""
+    st = flash
+    m = st.machine
+    state = hub.state
+    r2 = "b" * 40
+    r2_dir = f"{MODEL_DIR}/revisions/{r2}"
+    original = st.rendered
+    upgraded = st.render_again(r2)  # type: ignore[attr-defined]
+    assert r2_dir in upgraded.units[SERVE] and REV_DIR not in upgraded.units[SERVE]
+    state.commit, state.branches = r2, {"main": r2}
+    last_download = m.show(DOWNLOAD, "InvocationID")["InvocationID"]
+    try:
+        returned = _switch(st, upgraded)
+        FIGURES.record(
+            "upgrade: switch's start of the serving unit returned (s)",
+            round(returned, 1),
+        )
+        assert m.show(SERVE, "ConditionResult")["ConditionResult"] == "no"
+        t0 = time.monotonic()
+        st.wait_for(
+            "R2 downloaded, verified and the download unit done",
+            lambda: (
+                (d := m.show(DOWNLOAD, "ActiveState", "Result", "InvocationID"))[
+                    "InvocationID"
+                ]
+                != last_download
+                and d["ActiveState"] == "inactive"
+                and d["Result"] == "success"
+            ),
+            240,
+        )
+        s = st.wait_state("active", 240)
+        FIGURES.record(
+            "upgrade: R2 fetched and serving (s)", round(time.monotonic() - t0, 1)
+        )
+        assert s["SubState"] == "running"
+        assert f"checkpoint {r2_dir} verified (revision {r2[:12]}" in m.journal(SERVE)
+        assert (
+            json.loads(m.run(["cat", f"{r2_dir}/.station-verified.json"]).stdout)[
+                "revision"
+            ]
+            == r2
+        )
+        listed = m.run(["ls", "-1", f"{MODEL_DIR}/revisions"]).stdout.split()
+        assert sorted(listed) == sorted([FLASH_REVISION, r2]), (
+            "R1 stays beside R2 for a rollback"
+        )
+        download_log = m.journal(DOWNLOAD)
+        assert f"keep    {r2}  (pinned)" in download_log
+        assert (
+            f"keep    {FLASH_REVISION}  (one of the 2 newest verified)" in download_log
+        )
+    finally:
+        state.commit, state.branches = FLASH_REVISION, {"main": FLASH_REVISION}
+    # rollback: the old pin again
+    requests_before = len(state.requests)
+    returned = _switch(st, original)
+    FIGURES.record(
+        "rollback: switch's start of the serving unit until active (s)",
+        round(returned, 1),
+    )
+    s = st.state()
+    assert s["ActiveState"] == "active", (
+        s
+    )  # the start included wait-ready: serving R1 again
+    assert m.show(DOWNLOAD, "ConditionResult")["ConditionResult"] == "no", (
+        "the download unit was skipped"
+    )
+    assert len(state.requests) == requests_before, "nothing was downloaded"
+    journal = m.journal(SERVE)
+    assert journal.rfind(f"checkpoint {REV_DIR} verified") > journal.rfind(
+        f"checkpoint {r2_dir} verified"
+    )
+    _reset(st)

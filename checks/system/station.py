@@ -77,7 +77,7 @@ def memlock_limit() -> str:
     return "" if hard == resource.RLIM_INFINITY else str(hard)
 
 
-def render(nixos_tree: str, example: str, image: str, hub: str = "") -> Rendered:
+def render(nixos_tree: str, example: str, image: str, hub: str = "", revision: str = "") -> Rendered:
     args = [
         "nix-instantiate",
         "--eval",
@@ -100,6 +100,9 @@ def render(nixos_tree: str, example: str, image: str, hub: str = "") -> Rendered
         "--argstr",
         "memlock",
         memlock_limit(),
+        "--argstr",
+        "revision",
+        revision,
     ]
     proc = run_nix(args, timeout=600)
     if proc.returncode != 0:
