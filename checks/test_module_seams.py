@@ -70,6 +70,8 @@ def test_shared_names_come_from_the_contract() -> None:
         r"/var/lib/vllm-station-models": "modelsRoot",
         r"/etc/vllm-station/": "preflightConfig / pairEnvFile",
         r"vllm-station-download-": "downloadUnit",
+        r"revisions/": "revisionDir",
+        r"vllm-station-golive": "goliveUnit",
     }
     offenders = {
         f"{name}: {literal}": where
