@@ -23,7 +23,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vllm_station.checkpoint.stamp import STAMP_NAME, StampError, read_stamp
+from vllm_station.checkpoint.stamp import STAMP_NAME, StampError, StampMissing, read_stamp
 
 REVISIONS_DIR_NAME = "revisions"
 # A revision names one directory: no separators, no dot-only names (a branch name passes, `a/b` does not).
@@ -157,6 +157,8 @@ def adopt_flat_checkpoint(model_dir: Path) -> Adoption:
     revision, or when that revision's directory exists already. OSError propagates."""
     try:
         stamp = read_stamp(model_dir / STAMP_NAME)
+    except StampMissing:
+        return Adoption(None, [], f"nothing to adopt: no checkpoint verified directly in {model_dir}")
     except StampError as err:
         return Adoption(None, [], f"nothing to adopt in {model_dir}: {err.problem}")
     if stamp.revision is None or not valid_revision(stamp.revision):
