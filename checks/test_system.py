@@ -227,7 +227,7 @@ def test_first_start_returns_while_the_download_runs_bound_to_node_0_then_it_sta
 ) -> None:
     """What a first switch does on a new station: the serving unit's start returns while the download
     (held mid-file here) runs bound to node 0; when it has verified and stamped the pinned revision, the
-    download unit goes inactive and starts the serving unit (OnSuccess=), which comes up."""
+    download unit starts the serving unit (its last step), which comes up."""
     st = flash
     m = st.machine
     state = hub.state
@@ -277,10 +277,10 @@ def test_first_start_returns_while_the_download_runs_bound_to_node_0_then_it_sta
     assert stamp["revision"] == FLASH_REVISION
     # after the stamp: `station revisions prune` kept the pinned revision (the only one)
     assert f"keep    {FLASH_REVISION}  (pinned)" in m.journal(DOWNLOAD)
-    # OnSuccess= started the serving unit; nobody else did
+    # the download unit's last step started the serving unit; nobody else did
     s = st.wait_state("active", 240)
     FIGURES.record(
-        "download done to serving active, started by OnSuccess= (s)",
+        "download done to serving active, started by the download unit (s)",
         round(time.monotonic() - t1, 1),
     )
     assert s["SubState"] == "running"

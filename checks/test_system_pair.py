@@ -189,12 +189,12 @@ def _reverify(st: Station, bin_dir: Path) -> None:
 def _copy_again(worker: Station) -> subprocess.CompletedProcess[str]:
     """The worker's copy unit from an empty directory (oneshot: stop, reset, start; blocks until done).
 
-    A verified copy starts the worker's serving unit (OnSuccess=, what the first switch of a new station
+    A verified copy starts the worker's serving unit (its last step: what the first switch of a new station
     relies on): checked here by a new invocation of it, which is stopped again, because the scenarios
     below start it themselves, in the order they test."""
     m = worker.machine
     m.systemctl("stop", COPY, check=False)
-    m.systemctl("stop", SERVE, check=False, timeout=180)  # an earlier copy's OnSuccess= may have started it
+    m.systemctl("stop", SERVE, check=False, timeout=180)  # an earlier copy may have started it
     m.systemctl("reset-failed", COPY, check=False)
     m.systemctl("reset-failed", SERVE, check=False)
     m.run(["sh", "-c", f"rm -rf {MODEL_DIR}/* {MODEL_DIR}/.[!.]*"])
@@ -202,7 +202,7 @@ def _copy_again(worker: Station) -> subprocess.CompletedProcess[str]:
     proc = m.run(["systemctl", "start", COPY], check=False, timeout=300)
     if proc.returncode == 0:
         worker.wait_for(
-            "the copy unit's OnSuccess= starting the serving unit",
+            "the copy unit starting the serving unit",
             lambda: m.show(SERVE, "InvocationID")["InvocationID"] != before,
             60,
         )

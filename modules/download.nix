@@ -8,10 +8,11 @@
 # Revisions (docs/download.md): revision R of entry `<name>` lives in `<dir>/revisions/R`
 # (contract.revisionDir) with its own stamp, so a new pin is fetched beside the revisions already on disk
 # and setting the pin back finds the old one verified (no download). The unit is skipped while the
-# pinned revision's stamp exists, and it is not `RemainAfterExit`: it goes inactive when it is done, so
-# that `OnSuccess=` starts the serving unit (which is skipped until that stamp exists: the first switch
-# returns without waiting for the download). After a fetch, `station revisions prune` keeps the pinned
-# revision and the `keepRevisions` newest verified ones and deletes the older ones.
+# pinned revision's stamp exists. The serving unit is skipped until that stamp exists (the first switch
+# returns without waiting for the download); after a fetch and its verification, this unit's last step
+# starts it (`systemctl start --no-block`, see `startServingArgs` for why not `OnSuccess=`). Before that,
+# `station revisions prune` keeps the pinned revision and the `keepRevisions` newest verified ones and
+# deletes the older ones.
 #
 # Checkpoints live under /var/lib/vllm-station-models, not in the serving unit's StateDirectory
 # (/var/lib/vllm-station): systemd chowns a StateDirectory to its unit's user, recursively when the
@@ -340,6 +341,21 @@ let
     (toString m.keepRevisions)
   ];
 
+  # The serving unit (and golive) are skipped until the served revision is stamped (serve.nix): the
+  # download that stamped it starts them, after the stamp, only when the fetch and verification
+  # succeeded (an ExecStartPost runs only then). Not `OnSuccess=`: systemd fires it whenever the unit
+  # turns inactive, an operator's `systemctl stop` mid-download included, and the serving unit's
+  # `Wants=` would then start the stopped download again (found by the system tier). `+`: starting a
+  # unit is root's; `--no-block`: the engine's start (minutes) is not this unit's.
+  startsServing = m: servesLocalModel && m.dir == servedModel;
+  startServingArgs = [
+    (lib.getExe' config.systemd.package "systemctl")
+    "start"
+    "--no-block"
+    "${contract.unit}.service"
+  ]
+  ++ lib.optional (top.golive.enable or false) "${contract.goliveUnit}.service";
+
   nodeList = m: lib.concatMapStringsSep "," toString m.numaNodes;
   fromHub = m: !m.verifyOnly && m.copyFrom == null;
 
@@ -367,12 +383,7 @@ let
     # Bounded retries: a flaky link gets `retries` tries an hour, then the unit stays failed.
     startLimitBurst = cfg.retries;
     startLimitIntervalSec = 3600;
-    unitConfig =
-      lib.optionalAttrs m.skipIfVerified { ConditionPathExists = "!${stampOf (checkpointDir m)}"; }
-      # The serving unit is skipped until its checkpoint is stamped (serve.nix); start it once it is.
-      // lib.optionalAttrs (servesLocalModel && m.dir == servedModel) {
-        OnSuccess = [ "${contract.unit}.service" ] ++ lib.optional (top.golive.enable or false) "${contract.goliveUnit}.service";
-      };
+    unitConfig = lib.optionalAttrs m.skipIfVerified { ConditionPathExists = "!${stampOf (checkpointDir m)}"; };
     environment = {
       HF_HOME = "${cacheRoot}/huggingface";
       HF_HUB_DISABLE_TELEMETRY = "1";
@@ -380,8 +391,8 @@ let
     // m.environment;
     serviceConfig = {
       Type = "oneshot";
-      # Not RemainAfterExit: done, the unit goes inactive, which is what fires `OnSuccess=` (an active
-      # oneshot never "succeeds"); the next start is skipped by the stamp condition.
+      # Not RemainAfterExit: done, the unit goes inactive, and the next start (the serving unit wants
+      # it at each of its starts) is skipped by the stamp condition.
       # A checkpoint verified directly in `dir` (the layout before revisions) moves to its revision's
       # directory first (renames): not downloaded again after an upgrade of this module.
       ExecStartPre = lib.optional (m.revision != null) (utils.escapeSystemdExecArgs [
@@ -392,8 +403,10 @@ let
       ]);
       ExecStart = execStartFor m;
       # `-`: housekeeping; a revision it cannot delete (files of another owner) is logged, and the
-      # verified pin still counts as done (OnSuccess= starts the serving unit).
-      ExecStartPost = lib.optional (m.revision != null) ("-" + utils.escapeSystemdExecArgs (pruneArgs m));
+      # verified pin still counts as done.
+      ExecStartPost =
+        lib.optional (m.revision != null) ("-" + utils.escapeSystemdExecArgs (pruneArgs m))
+        ++ lib.optional (startsServing m) ("+" + utils.escapeSystemdExecArgs (startServingArgs));
       Restart = "on-failure";
       RestartSec = cfg.restartSec;
       TimeoutStartSec = cfg.timeoutStartSec;

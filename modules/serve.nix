@@ -8,7 +8,7 @@
 #                                                pinned revision's directory when a download entry
 #                                                serves it (contract.revisionDir); the unit is then
 #                                                skipped (ConditionPathExists) until that stamp exists,
-#                                                and the download unit starts it (OnSuccess=).
+#                                                and the download unit starts it when done.
 #                  2. station pair wait-worker   pair head only: the worker's beacon answers (pair.nix)
 #                  3. +station prestart          sync, drop the page cache, refuse while file pages sit
 #                                                in the GPU's NUMA node, keep the previous container's logs
@@ -191,7 +191,7 @@ let
     else
       null;
   # Skipped, not failed, while the checkpoint a download unit produces is not stamped yet: the first
-  # switch returns at once, and the download unit starts this unit when it is done (OnSuccess=).
+  # switch returns at once, and the download unit starts this unit when it has stamped the revision.
   awaitsDownload = servesLocalModel && inputs.checkpoint.units != [ ];
   extraModelVolume = optionals (modelIsPath && !lib.hasPrefix "${stateDir}/" modelPath) [
     "--volume"
@@ -1080,7 +1080,7 @@ in
         description = "vLLM OpenAI-compatible server (vllm-station)";
         wantedBy = [ "multi-user.target" ];
         # Wanted (so a start fetches a missing revision), not ordered after: the start does not wait for a
-        # download; it is skipped until the stamp exists and the download unit starts it (OnSuccess=).
+        # download; it is skipped until the stamp exists and the download unit starts it when done.
         wants = [ "network-online.target" ] ++ inputs.checkpoint.units;
         after =
           [ "network-online.target" ]

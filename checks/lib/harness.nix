@@ -30,6 +30,7 @@ let
     vllm = fakeDrv "vllm" "vllm";
     docker = fakeDrv "docker" "docker";
     podman = fakeDrv "podman" "podman";
+    systemd = fakeDrv "systemd" "systemctl";
   };
 
   # Loose stand-in for NixOS option types: attrsets merge recursively (with priorities),
@@ -89,6 +90,11 @@ let
         default = [ ];
       };
       systemd = freeform {
+        # systemd's package: units call its `systemctl` (download.nix starts the serving unit).
+        package = mkOption {
+          type = stubType;
+          default = fake.systemd;
+        };
         services = mkOption {
           type = types.attrsOf (
             types.submodule {

@@ -37,6 +37,23 @@ let
   startArgv = config: h.argv (lib.removeSuffix tokenSuffix (dsc config).ExecStart);
   station = "${h.fake.station}/bin/station"; # the download units: the store path (a oneshot)
   linked = "/run/vllm-station-tools/bin/station"; # the serving unit's steps: the stable link (serve.nix)
+  # The download's last step when it serves the entry: `+systemctl start --no-block UNITS` (privileged),
+  # as [ privileged "systemctl" "start" "--no-block" UNITS… ]; [ ] when there is none.
+  startsAfter =
+    config:
+    let
+      lines = lib.filter (l: lib.hasInfix "systemctl" l) ((dsc config).ExecStartPost or [ ]);
+      line = lib.head lines;
+      argv = h.argv line;
+    in
+    if lines == [ ] then
+      [ ]
+    else
+      [
+        (lib.hasPrefix "+" line)
+        (baseNameOf (lib.head argv))
+      ]
+      ++ lib.tail argv;
 in
 {
   import-enables-nothing = h.check [ ] (
@@ -80,7 +97,7 @@ in
       u = unitOf config;
     in
     h.eq "Type" (dsc config).Type "oneshot"
-    ++ h.eq "not RemainAfterExit: done, it goes inactive (what fires OnSuccess=)" ((dsc config) ? RemainAfterExit) false
+    ++ h.eq "not RemainAfterExit: done, it goes inactive; the next start is skipped by the condition" ((dsc config) ? RemainAfterExit) false
     ++ h.eq "Restart" (dsc config).Restart "on-failure"
     ++ h.eq "RestartSec" (dsc config).RestartSec 60
     ++ h.eq "startLimitBurst ([Unit])" u.startLimitBurst 3
@@ -226,7 +243,15 @@ in
     # stamp exists, and the download unit starts it when it is done.
     ++ h.lacks "not ordered after the download" u.after "vllm-station-download-glm53.service"
     ++ h.eq "skipped until the pinned revision is verified" u.unitConfig.ConditionPathExists "${revDir rev}/.station-verified.json"
-    ++ h.eq "the download starts it" (unitOf config).unitConfig.OnSuccess [ "vllm-station.service" ]
+    ++ h.eq "the download starts it, privileged, not waiting for it" (startsAfter config) [
+      true
+      "systemctl"
+      "start"
+      "--no-block"
+      "vllm-station.service"
+    ]
+    # Not OnSuccess=: systemd fires it on a stop too, and the serving unit's Wants= would restart the download.
+    ++ h.eq "no OnSuccess" ((unitOf config).unitConfig ? OnSuccess) false
     ++ h.eq "vLLM loads the revision's directory" (lib.head config.services.vllm-station.serve.vllmArgs) (revDir rev)
     ++ h.contains "read-only in the container, at the same path" (h.argv u.serviceConfig.ExecStart) "${revDir rev}:${revDir rev}:ro"
     ++ h.eq "preflight revision" (h.preflightJson config).revision rev
@@ -416,10 +441,12 @@ in
           servingCondition = u.unitConfig.ConditionPathExists;
           downloadCondition = d.unitConfig.ConditionPathExists;
           downloadDir = h.flagValue "--dir" (startArgv config);
-          prune = map h.argv d.serviceConfig.ExecStartPost;
-          pruneIgnoresFailure = map (lib.hasPrefix "-") d.serviceConfig.ExecStartPost;
+          # ExecStartPost: the prune, then starting the serving unit, in that order
+          prune = map h.argv (lib.take 1 d.serviceConfig.ExecStartPost);
+          pruneIgnoresFailure = map (lib.hasPrefix "-") (lib.take 1 d.serviceConfig.ExecStartPost);
+          postSteps = map (l: lib.elemAt (h.argv l) 1) d.serviceConfig.ExecStartPost;
           adopt = map h.argv d.serviceConfig.ExecStartPre;
-          onSuccess = d.unitConfig.OnSuccess;
+          starts = startsAfter config;
         };
       r1 = view rev;
       r2 = view rev2;
@@ -454,6 +481,10 @@ in
         ]
       ]
       ++ h.eq "a prune that fails does not fail the verified download" r2.pruneIgnoresFailure [ true ]
+      ++ h.eq "prune first, then the serving unit is started" r2.postSteps [
+        "revisions"
+        "start"
+      ]
       ++ h.eq "a flat checkpoint of before is adopted first" r2.adopt [
         [
           station
@@ -462,7 +493,7 @@ in
           dir
         ]
       ]
-      ++ h.eq "the download starts the serving unit" r2.onSuccess [ "vllm-station.service" ]
+      ++ h.eq "the download starts the serving unit" (lib.drop 4 r2.starts) [ "vllm-station.service" ]
       ++ h.eq "back to R1: R1's units exactly" back r1
       ++ h.eq "R1's download is skipped while R1's stamp exists (no download)" back.downloadCondition "!${revDir rev}/.station-verified.json"
     );
@@ -497,7 +528,7 @@ in
   # checkpoint) and the download unit starts both once the revision is stamped.
   golive-follows-the-checkpoint = h.check (with' served { services.vllm-station.golive.enable = true; }) (
     config:
-    h.eq "the download starts the serving unit and golive" (unitOf config).unitConfig.OnSuccess [
+    h.eq "the download starts the serving unit and golive" (lib.drop 4 (startsAfter config)) [
       "vllm-station.service"
       "vllm-station-golive.service"
     ]
@@ -518,7 +549,7 @@ in
 
   # Not serving this entry: the download starts nothing.
   download-not-served-starts-nothing = h.check [ glm ] (
-    config: h.eq "no OnSuccess" ((unitOf config).unitConfig ? OnSuccess) false
+    config: h.eq "starts nothing" (startsAfter config) [ ]
   );
 
   # A local model no download unit produces: the gate refuses (exit 1, the fix), no condition skips it.
