@@ -6,6 +6,8 @@ what Nix renders through the Python reader (a key renamed on one side fails here
 - /etc/vllm-station/golive.json (the flash example with golive on) → golive's strict reader (every
   value through its option's own type and range);
 - the stamp's file name: modules/lib/contract.nix ↔ `vllm_station.checkpoint.STAMP_NAME`;
+- a revision's directory: contract.nix `revisionDir` ↔ `vllm_station.checkpoint.revisions.revision_dir`
+  (what the download unit writes, what `station revisions` prunes and what the serving unit loads);
 - the preflight config's path: the contract ↔ the path the modules pass to `station preflight`.
 """
 
@@ -22,6 +24,7 @@ from nixenv import REPO, eval_json, require_nix, require_tree
 from vllm_station import golive
 from vllm_station.checkpoint import STAMP_NAME
 from vllm_station.cli import build_parser as golive_parser_of
+from vllm_station.checkpoint.revisions import revision_dir
 from vllm_station.preflight.core import PreflightConfig
 
 pytestmark = pytest.mark.nix_nixos
@@ -45,6 +48,16 @@ def _rendered() -> dict[str, Any]:
 
 def test_stamp_name_is_one_name_on_both_sides() -> None:
     assert _rendered()["stampName"] == STAMP_NAME
+
+
+def test_revision_dir_is_one_layout_on_both_sides() -> None:
+    rev = "0123456789abcdef0123456789abcdef01234567"
+    assert _rendered()["revisionDirExample"] == str(revision_dir(Path("/var/lib/vllm-station-models/m"), rev))
+    # The flagship example serves its pin's directory under the download entry's dir.
+    flash = _rendered()["flashCheckpointDir"]
+    assert flash == str(revision_dir(Path("/var/lib/vllm-station-models/glm53-flash"), Path(flash).name))
+    data = json.loads(_rendered()["examples"]["flash-station"]["preflightJson"])
+    assert data["modelDir"] == flash and data["revision"] == Path(flash).name
 
 
 @pytest.mark.parametrize("example", EXAMPLES)

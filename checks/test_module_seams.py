@@ -72,6 +72,8 @@ def test_shared_names_come_from_the_contract() -> None:
         r"vllm-station-download-": "downloadUnit",
         r"/var/lib/vllm-station-secrets": "secretsDir",
         r"vllm-station-secrets@": "secretsCheckUnit",
+        r"revisions/": "revisionDir",
+        r"vllm-station-golive": "goliveUnit",
     }
     offenders = {
         f"{name}: {literal}": where

@@ -8,7 +8,8 @@ runtime, and the test image (`station simulate` behind `vllm serve`'s arguments)
 from a local docker-registry. Everything below is read from systemd's own state and from files.
 
 The scenarios run in order on one machine (each builds on the state the previous one left):
-stamp gate → download → first start → restarts → crash loop → stop. Figures go to the test report
+stamp gate → first start while the download runs, the download starting the serving unit → first start
+→ restarts → crash loop → stop. Figures go to the test report
 (`-rA` shows them; scripts/check prints the tier line).
 """
 
@@ -42,8 +43,9 @@ FLASH_REVISION = (
     "9c1e0d2f4a6b8c0e1f3a5b7c9d1e3f5a7b9c0d2e"  # checks/examples/flash-station.nix
 )
 FLASH_REPO = "nvidia/GLM-5.3-Flash-NVFP4"
-MODEL_DIR = "/var/lib/vllm-station-models/glm53-flash"
-STAMP = f"{MODEL_DIR}/.station-verified.json"
+MODEL_DIR = "/var/lib/vllm-station-models/glm53-flash"  # the download entry's dir
+REV_DIR = f"{MODEL_DIR}/revisions/{FLASH_REVISION}"  # the pinned revision's (contract.revisionDir)
+STAMP = f"{REV_DIR}/.station-verified.json"
 SERVE = "vllm-station.service"
 DOWNLOAD = "vllm-station-download-glm53-flash.service"
 # RestartSec is the real 60 s for the first restart; later restarts use this drop-in (stated here).
@@ -92,6 +94,10 @@ def flash(hub: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Statio
         FIGURES.record("machine boot (s)", round(station.machine.boot_seconds, 1))
         m = station.machine
         m.write(API_KEY_PATH, API_KEY + "\n", mode=0o600)
+        # what the revision scenario re-renders with (a switch to another pinned revision)
+        station.render_again = lambda revision: render(  # type: ignore[attr-defined]
+            str(tree), "flash-station", image, hub=hub.url, revision=revision
+        )
         yield station
     finally:
         if station is not None:
@@ -155,10 +161,12 @@ def test_store_holds_only_what_each_path_holds(flash: Station) -> None:
     assert any(v.startswith("docker:") for v in made.values())
 
 
-def test_unverified_model_is_refused_by_the_stamp_gate(
+def test_unverified_model_skips_the_serving_unit_and_the_gate_refuses_another_revision(
     flash: Station, hub: Any
 ) -> None:
-    """The serving unit pulls in its download unit (Wants/After); when that fails, the gate refuses."""
+    """No verified checkpoint for the pin: starting the serving unit returns at once, skipped by its
+    condition (the stamp of the pinned revision), and pulls in the download unit (Wants=, not After=),
+    which fails here (the hub lost the revision); nothing of the start sequence ran."""
     st = flash
     m = st.machine
     state = hub.state
@@ -167,47 +175,59 @@ def test_unverified_model_is_refused_by_the_stamp_gate(
         {},
     )  # the hub no longer has the pinned revision
     try:
+        t0 = time.monotonic()
         proc = m.run(["systemctl", "start", SERVE], check=False, timeout=120)
+        FIGURES.record(
+            "start without a checkpoint: systemctl start returned (s)",
+            round(time.monotonic() - t0, 1),
+        )
+        assert proc.returncode == 0, f"a skipped start is no failure: {proc.stderr}"
+        s = m.show(SERVE, "ActiveState", "ConditionResult")
+        assert s == {"ActiveState": "inactive", "ConditionResult": "no"}, s
+        st.wait_for(
+            "the download unit ran and failed",
+            lambda: st.state(DOWNLOAD)["Result"] == "exit-code",
+            120,
+        )
     finally:
         state.commit, state.branches = FLASH_REVISION, {"main": FLASH_REVISION}
-    assert proc.returncode != 0
-    assert st.state(DOWNLOAD)["Result"] == "exit-code", (
-        "the download ran first and failed"
-    )
-    s = st.state()
-    assert s["Result"] == "exit-code", s
+        m.systemctl("stop", DOWNLOAD, check=False)
+        m.systemctl("reset-failed", DOWNLOAD, check=False)
     journal = m.journal(SERVE)
-    assert (
-        f"refusing to start: the checkpoint in {MODEL_DIR} is not verified" in journal
+    assert "station prestart" not in journal and "refusing" not in journal, (
+        "no step of the start ran"
     )
-    assert "start vllm-station-download-glm53-flash.service" in journal, (
-        "the message names the fix"
-    )
-    assert "station prestart" not in journal, "nothing after the gate ran"
     _reset(st)
-    m.systemctl("stop", DOWNLOAD, check=False)
-    m.systemctl("reset-failed", DOWNLOAD, check=False)
-    # a real checkpoint verified at another revision: the download is skipped (its condition), the gate
-    # refuses, naming both
+    # a real checkpoint in the pinned revision's directory, verified as another revision: the download
+    # is skipped (its condition), the serving unit's condition holds, and the gate refuses, naming both
     other = "0" * 40
-    glm_checkpoint(st.work / "var" / MODEL_DIR.removeprefix("/var/"), shards=3, layers=12)
+    glm_checkpoint(st.work / "var" / REV_DIR.removeprefix("/var/"), shards=3, layers=12)
     try:
-        m.run([str(st.station_bin / "station"), "verify", MODEL_DIR, "--repo", FLASH_REPO, "--revision", other],
+        m.run([str(st.station_bin / "station"), "verify", REV_DIR, "--repo", FLASH_REPO, "--revision", other],
               timeout=120)  # fmt: skip
         assert (
-            m.run(["systemctl", "start", SERVE], check=False, timeout=120).returncode != 0
+            m.run(["systemctl", "start", SERVE], check=False, timeout=120).returncode
+            != 0
         )
         journal = m.journal(SERVE)
         assert (
-            f"the checkpoint in {MODEL_DIR} is revision {other}, expected {FLASH_REVISION}"
+            f"the checkpoint in {REV_DIR} is revision {other}, expected {FLASH_REVISION}"
             in journal
+        )
+        assert "start vllm-station-download-glm53-flash.service" in journal, (
+            "the message names the fix"
         )
     finally:
         _reset(st)
-        m.run(["sh", "-c", f"rm -rf {MODEL_DIR}/* {MODEL_DIR}/.[!.]*"])
+        m.run(["rm", "-rf", f"{MODEL_DIR}/revisions"])
 
 
-def test_download_unit_is_bound_to_node_0_and_stamps(flash: Station, hub: Any) -> None:
+def test_first_start_returns_while_the_download_runs_bound_to_node_0_then_it_starts_serving(
+    flash: Station, hub: Any
+) -> None:
+    """What a first switch does on a new station: the serving unit's start returns while the download
+    (held mid-file here) runs bound to node 0; when it has verified and stamped the pinned revision, the
+    download unit starts the serving unit (its last step), which comes up."""
     st = flash
     m = st.machine
     state = hub.state
@@ -215,10 +235,20 @@ def test_download_unit_is_bound_to_node_0_and_stamps(flash: Station, hub: Any) -
     state.stall_after = {
         shard: 16
     }  # hold the download mid-file, to look at the live process
-    m.systemctl("start", "--no-block", DOWNLOAD)
+    t0 = time.monotonic()
+    proc = m.run(["systemctl", "start", SERVE], check=False, timeout=120)
+    FIGURES.record(
+        "first start (download pending): systemctl start returned (s)",
+        round(time.monotonic() - t0, 1),
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert m.show(SERVE, "ConditionResult")["ConditionResult"] == "no"
     state.stalled.wait(timeout=60)
     assert state.stalled.is_set(), (
         f"the download never reached the hub: {m.journal(DOWNLOAD)[-2000:]}"
+    )
+    assert st.state(DOWNLOAD)["ActiveState"] == "activating", (
+        "pulled in by the serving unit, still running"
     )
     pid = _mono(st, "MainPID", DOWNLOAD)
     assert pid > 0
@@ -231,11 +261,31 @@ def test_download_unit_is_bound_to_node_0_and_stamps(flash: Station, hub: Any) -
     user = m.run(["ps", "-o", "user=", "-p", str(pid)]).stdout.strip()
     assert user == "vllm-station"
     state.stall_after = {}
+    t1 = time.monotonic()
     state.release.set()  # the stalled connection closes; the download resumes it
-    s = st.wait_state("active", 120, DOWNLOAD)
-    assert s["Result"] == "success"
+    s = st.wait_for(
+        "the download unit done and inactive (not RemainAfterExit)",
+        lambda: (
+            d
+            if (d := st.state(DOWNLOAD))["ActiveState"] == "inactive"
+            and d["Result"] == "success"
+            else None
+        ),
+        180,
+    )
     stamp = json.loads(m.run(["cat", STAMP]).stdout)
     assert stamp["revision"] == FLASH_REVISION
+    # after the stamp: `station revisions prune` kept the pinned revision (the only one)
+    assert f"keep    {FLASH_REVISION}  (pinned)" in m.journal(DOWNLOAD)
+    # the download unit's last step started the serving unit; nobody else did
+    s = st.wait_state("active", 240)
+    FIGURES.record(
+        "download done to serving active, started by the download unit (s)",
+        round(time.monotonic() - t1, 1),
+    )
+    assert s["SubState"] == "running"
+    assert f"checkpoint {REV_DIR} verified" in m.journal(SERVE)
+    _reset(st)  # the next scenario starts it itself
 
 
 def test_a_missing_key_fails_the_start_naming_the_option_not_243(flash: Station) -> None:
@@ -290,7 +340,7 @@ def test_first_start_runs_the_sequence_then_is_active_only_when_serving(
     assert s["SubState"] == "running"
     journal = m.journal(SERVE)
     order = [
-        f"checkpoint {MODEL_DIR} verified",  # stamp gate
+        f"checkpoint {REV_DIR} verified",  # stamp gate
         "station prestart:",  # prestart
         "vllm-serve-args",  # the container's first line: the engine started
     ]
@@ -312,7 +362,7 @@ def test_first_start_runs_the_sequence_then_is_active_only_when_serving(
     start = next(
         line for line in st.unit().splitlines() if line.startswith("ExecStart=")
     )
-    assert f'"{got[0]}"' in start and got[0] == MODEL_DIR
+    assert f'"{got[0]}"' in start and got[0] == REV_DIR
     assert API_KEY not in st.unit()
     # smoke passes through it, with the key
     key_file = Path(st.work) / "api-key"
@@ -479,3 +529,100 @@ def test_stop_uses_the_runtime_stop_path_and_leaves_no_running_container(
         "the engine got SIGTERM and exited by itself (137 would be the timeout's SIGKILL)"
     )
     assert '"stop" "-t" "60" "vllm-station"' in st.unit()
+
+
+def _switch(st: Station, rendered: Any) -> float:
+    """What `nixos-rebuild switch` does to the serving unit when its text changed: the new unit files,
+    daemon-reload, stop the old unit, start the new one (X-StopIfChanged). Returns the start's seconds."""
+    m = st.machine
+    st.store.materialize_texts(
+        [*rendered.units.values(), *rendered.etc.values(), *rendered.tmpfiles]
+    )
+    st.rendered = rendered
+    st.install()
+    m.systemctl("stop", SERVE, timeout=180)
+    m.systemctl("reset-failed", SERVE, check=False)
+    t0 = time.monotonic()
+    proc = m.run(["systemctl", "start", SERVE], check=False, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return time.monotonic() - t0
+
+
+def test_revision_upgrade_then_rollback(flash: Station, hub: Any) -> None:
+    """R1 → R2 → R1 under real systemd. The upgrade: the switch's start returns at once (R2 not verified:
+    skipped), R2 is fetched beside R1 bound to node 0, the download unit starts the engine on R2, and
+    prune keeps both (keepRevisions 2). The rollback: R1's stamp is still there, the engine starts on R1
+    at once and nothing is downloaded (the download unit is skipped, the hub sees no request)."""
+    st = flash
+    m = st.machine
+    state = hub.state
+    r2 = "b" * 40
+    r2_dir = f"{MODEL_DIR}/revisions/{r2}"
+    original = st.rendered
+    upgraded = st.render_again(r2)  # type: ignore[attr-defined]
+    assert r2_dir in upgraded.units[SERVE] and REV_DIR not in upgraded.units[SERVE]
+    state.commit, state.branches = r2, {"main": r2}
+    last_download = m.show(DOWNLOAD, "InvocationID")["InvocationID"]
+    try:
+        returned = _switch(st, upgraded)
+        FIGURES.record(
+            "upgrade: switch's start of the serving unit returned (s)",
+            round(returned, 1),
+        )
+        assert m.show(SERVE, "ConditionResult")["ConditionResult"] == "no"
+        t0 = time.monotonic()
+        st.wait_for(
+            "R2 downloaded, verified and the download unit done",
+            lambda: (
+                (d := m.show(DOWNLOAD, "ActiveState", "Result", "InvocationID"))[
+                    "InvocationID"
+                ]
+                != last_download
+                and d["ActiveState"] == "inactive"
+                and d["Result"] == "success"
+            ),
+            240,
+        )
+        s = st.wait_state("active", 240)
+        FIGURES.record(
+            "upgrade: R2 fetched and serving (s)", round(time.monotonic() - t0, 1)
+        )
+        assert s["SubState"] == "running"
+        assert f"checkpoint {r2_dir} verified (revision {r2[:12]}" in m.journal(SERVE)
+        assert (
+            json.loads(m.run(["cat", f"{r2_dir}/.station-verified.json"]).stdout)[
+                "revision"
+            ]
+            == r2
+        )
+        listed = m.run(["ls", "-1", f"{MODEL_DIR}/revisions"]).stdout.split()
+        assert sorted(listed) == sorted([FLASH_REVISION, r2]), (
+            "R1 stays beside R2 for a rollback"
+        )
+        download_log = m.journal(DOWNLOAD)
+        assert f"keep    {r2}  (pinned)" in download_log
+        assert (
+            f"keep    {FLASH_REVISION}  (one of the 2 newest verified)" in download_log
+        )
+    finally:
+        state.commit, state.branches = FLASH_REVISION, {"main": FLASH_REVISION}
+    # rollback: the old pin again
+    requests_before = len(state.requests)
+    returned = _switch(st, original)
+    FIGURES.record(
+        "rollback: switch's start of the serving unit until active (s)",
+        round(returned, 1),
+    )
+    s = st.state()
+    assert s["ActiveState"] == "active", (
+        s
+    )  # the start included wait-ready: serving R1 again
+    assert m.show(DOWNLOAD, "ConditionResult")["ConditionResult"] == "no", (
+        "the download unit was skipped"
+    )
+    assert len(state.requests) == requests_before, "nothing was downloaded"
+    journal = m.journal(SERVE)
+    assert journal.rfind(f"checkpoint {REV_DIR} verified") > journal.rfind(
+        f"checkpoint {r2_dir} verified"
+    )
+    _reset(st)

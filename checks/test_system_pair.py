@@ -28,10 +28,11 @@ from system.station import API_KEY_PATH, Station, render, station_venv
 pytestmark = pytest.mark.system
 
 NCCL = REPO / "pkgs" / "station-tools" / "tests" / "data" / "nccl"
-MODEL_DIR = "/var/lib/vllm-station-models/glm53"
 REVISION = (
     "5f0c6e1d2b3a49788c7d6e5f4a3b2c1d0e9f8a7b"  # checks/examples/station-{a,b}.nix
 )
+ENTRY_DIR = "/var/lib/vllm-station-models/glm53"  # the download entry's dir
+MODEL_DIR = f"{ENTRY_DIR}/revisions/{REVISION}"  # the pinned revision's (contract.revisionDir)
 HEAD_IP, WORKER_IP = "192.168.100.1", "192.168.100.2"
 SERVE = "vllm-station.service"
 BEACON = "vllm-station-pair-beacon.service"
@@ -133,7 +134,7 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
                 ],
                 timeout=120,
             )
-            m.run(["chown", "-R", "vllm-station:vllm-station", MODEL_DIR])
+            m.run(["chown", "-R", "vllm-station:vllm-station", ENTRY_DIR])
         head, worker = stations
         head.machine.write(API_KEY_PATH, API_KEY + "\n", mode=0o600)
         # the NCCL transport lines only: the model-loading line comes from the engine itself (the
@@ -186,12 +187,28 @@ def _reverify(st: Station, bin_dir: Path) -> None:
 
 
 def _copy_again(worker: Station) -> subprocess.CompletedProcess[str]:
-    """The worker's copy unit from an empty directory (oneshot: stop, reset, start; blocks until done)."""
+    """The worker's copy unit from an empty directory (oneshot: stop, reset, start; blocks until done).
+
+    A verified copy starts the worker's serving unit (its last step: what the first switch of a new station
+    relies on): checked here by a new invocation of it, which is stopped again, because the scenarios
+    below start it themselves, in the order they test."""
     m = worker.machine
     m.systemctl("stop", COPY, check=False)
+    m.systemctl("stop", SERVE, check=False, timeout=180)  # an earlier copy may have started it
     m.systemctl("reset-failed", COPY, check=False)
+    m.systemctl("reset-failed", SERVE, check=False)
     m.run(["sh", "-c", f"rm -rf {MODEL_DIR}/* {MODEL_DIR}/.[!.]*"])
-    return m.run(["systemctl", "start", COPY], check=False, timeout=300)
+    before = m.show(SERVE, "InvocationID")["InvocationID"]
+    proc = m.run(["systemctl", "start", COPY], check=False, timeout=300)
+    if proc.returncode == 0:
+        worker.wait_for(
+            "the copy unit starting the serving unit",
+            lambda: m.show(SERVE, "InvocationID")["InvocationID"] != before,
+            60,
+        )
+        m.systemctl("stop", SERVE, check=False, timeout=180)
+        m.systemctl("reset-failed", SERVE, check=False)
+    return proc
 
 
 def test_the_worker_copies_the_heads_checkpoint_by_unit(pair: Pair) -> None:

@@ -1,9 +1,18 @@
 # services.vllm-station.download: one oneshot unit per model that fetches a pinned revision with
 # `station download` bound to NUMA node 0 (systemd's own NUMAPolicy, so the page cache of a 464 GB
-# download never lands in the GPU's HBM on node 1), then verifies it and writes
-# `<dir>/.station-verified.json`. The serving unit refuses to start on a local model without that stamp
-# (its start sequence, serve.nix); this module feeds it the expected revision and the unit names
-# through `serve.inputs.checkpoint` and never edits the serving unit itself.
+# download never lands in the GPU's HBM on node 1), then verifies it and writes the stamp
+# `.station-verified.json`. The serving unit refuses to start on a local model without that stamp
+# (its start sequence, serve.nix); this module feeds it the expected revision, the revision's
+# directory and the unit names through `serve.inputs.checkpoint` and never edits the serving unit itself.
+#
+# Revisions (docs/download.md): revision R of entry `<name>` lives in `<dir>/revisions/R`
+# (contract.revisionDir) with its own stamp, so a new pin is fetched beside the revisions already on disk
+# and setting the pin back finds the old one verified (no download). The unit is skipped while the
+# pinned revision's stamp exists. The serving unit is skipped until that stamp exists (the first switch
+# returns without waiting for the download); after a fetch and its verification, this unit's last step
+# starts it (`systemctl start --no-block`, see `startServingArgs` for why not `OnSuccess=`). Before that,
+# `station revisions prune` keeps the pinned revision and the `keepRevisions` newest verified ones and
+# deletes the older ones.
 #
 # Checkpoints live under /var/lib/vllm-station-models, not in the serving unit's StateDirectory
 # (/var/lib/vllm-station): systemd chowns a StateDirectory to its unit's user, recursively when the
@@ -33,6 +42,8 @@ let
   contract = import ./lib/contract.nix;
   hardening = import ./lib/hardening.nix;
   inherit (contract) stampName modelsRoot stampOf;
+  # Where the pinned revision of an entry lives (a `verifyOnly` entry without a revision: `dir` itself).
+  checkpointDir = m: if m.revision != null then contract.revisionDir m.dir m.revision else m.dir;
   cacheRoot = contract.downloadCacheDir;
   unitName = contract.downloadUnit;
 
@@ -114,8 +125,23 @@ let
           default = "${modelsRoot}/${name}";
           defaultText = literalExpression ''"/var/lib/vllm-station-models/''${name}"'';
           description = ''
-            Directory the checkpoint is written to and verified in; the verification stamp is
-            `<dir>/${stampName}`. Point {option}`services.vllm-station.serve.model` here to serve it.
+            The entry's directory. Revision R is written to and verified in
+            `<dir>/${contract.revisionsDirName}/R`, with its stamp `<dir>/${contract.revisionsDirName}/R/${stampName}`
+            (a `verifyOnly` entry without a {option}`revision`: `<dir>` itself). Point
+            {option}`services.vllm-station.serve.model` here to serve it: the serving unit serves the
+            pinned revision's directory.
+          '';
+        };
+
+        keepRevisions = mkOption {
+          type = types.ints.positive;
+          default = cfg.keepRevisions;
+          defaultText = literalExpression "config.services.vllm-station.download.keepRevisions";
+          description = ''
+            Verified revisions kept under `<dir>/${contract.revisionsDirName}` after a new one is
+            fetched: the pinned one and the newest others (by the time their stamp records), up to
+            this many; older ones are deleted (`station revisions prune`). The pinned revision is
+            never deleted.
           '';
         };
 
@@ -164,8 +190,10 @@ let
           type = types.bool;
           default = false;
           description = ''
-            Do not download: only run `station verify` on {option}`dir` (a copy synced from the other
-            station, e.g. with rsync under `station numa-exec --membind 0`). Writes the same stamp.
+            Do not download: only run `station verify` on the revision's directory,
+            `<dir>/${contract.revisionsDirName}/<revision>` (`dir` itself without a {option}`revision`): a copy
+            synced there from the other station, e.g. with rsync under `station numa-exec --membind 0`.
+            Writes the same stamp.
           '';
         };
 
@@ -213,8 +241,8 @@ let
           type = types.bool;
           default = true;
           description = ''
-            Skip the unit (`ConditionPathExists=!<dir>/${stampName}`) once the checkpoint carries a
-            stamp. Delete the stamp (or run `station verify` by hand) to force a new pass.
+            Skip the unit (`ConditionPathExists=!<revision's directory>/${stampName}`) once the pinned
+            revision carries a stamp. Delete that stamp (or run `station verify` by hand) to force a new pass.
           '';
         };
 
@@ -254,7 +282,7 @@ let
         "copy"
         m.copyFrom
         "--dir"
-        m.dir
+        (checkpointDir m)
         "--revision"
         (toString m.revision)
         "--repo"
@@ -271,7 +299,7 @@ let
       [
         station
         "verify"
-        m.dir
+        (checkpointDir m)
         # What the copy is, recorded in its stamp: the serving unit's gate compares the revision.
         "--repo"
         m.model
@@ -289,7 +317,7 @@ let
         "--revision"
         (toString m.revision)
         "--dir"
-        m.dir
+        (checkpointDir m)
         # The tool binds itself too (before any I/O); same nodes as the unit's NUMAMask.
         "--membind"
         (nodeList m)
@@ -300,6 +328,33 @@ let
       ]) m.include
       ++ lib.optional m.allowBranch "--allow-branch"
       ++ expectations;
+
+  # After a new revision verified: keep the pinned one and the newest `keepRevisions`, delete the rest.
+  pruneArgs = m: [
+    station
+    "revisions"
+    "prune"
+    m.dir
+    "--pin"
+    m.revision
+    "--keep"
+    (toString m.keepRevisions)
+  ];
+
+  # The serving unit (and golive) are skipped until the served revision is stamped (serve.nix): the
+  # download that stamped it starts them, after the stamp, only when the fetch and verification
+  # succeeded (an ExecStartPost runs only then). Not `OnSuccess=`: systemd fires it whenever the unit
+  # turns inactive, an operator's `systemctl stop` mid-download included, and the serving unit's
+  # `Wants=` would then start the stopped download again (found by the system tier). `+`: starting a
+  # unit is root's; `--no-block`: the engine's start (minutes) is not this unit's.
+  startsServing = m: servesLocalModel && m.dir == servedModel;
+  startServingArgs = [
+    (lib.getExe' config.systemd.package "systemctl")
+    "start"
+    "--no-block"
+    "${contract.unit}.service"
+  ]
+  ++ lib.optional (top.golive.enable or false) "${contract.goliveUnit}.service";
 
   nodeList = m: lib.concatMapStringsSep "," toString m.numaNodes;
   fromHub = m: !m.verifyOnly && m.copyFrom == null;
@@ -328,7 +383,7 @@ let
     # Bounded retries: a flaky link gets `retries` tries an hour, then the unit stays failed.
     startLimitBurst = cfg.retries;
     startLimitIntervalSec = 3600;
-    unitConfig = lib.optionalAttrs m.skipIfVerified { ConditionPathExists = "!${stampOf m.dir}"; };
+    unitConfig = lib.optionalAttrs m.skipIfVerified { ConditionPathExists = "!${stampOf (checkpointDir m)}"; };
     environment = {
       HF_HOME = "${cacheRoot}/huggingface";
       HF_HUB_DISABLE_TELEMETRY = "1";
@@ -336,15 +391,29 @@ let
     // m.environment;
     serviceConfig = {
       Type = "oneshot";
-      RemainAfterExit = true;
+      # Not RemainAfterExit: done, the unit goes inactive, and the next start (the serving unit wants
+      # it at each of its starts) is skipped by the stamp condition.
+      # A checkpoint verified directly in `dir` (the layout before revisions) moves to its revision's
+      # directory first (renames): not downloaded again after an upgrade of this module.
+      ExecStartPre = lib.optional (m.revision != null) (utils.escapeSystemdExecArgs [
+        station
+        "revisions"
+        "adopt"
+        m.dir
+      ]);
       ExecStart = execStartFor m;
+      # `-`: housekeeping; a revision it cannot delete (files of another owner) is logged, and the
+      # verified pin still counts as done.
+      ExecStartPost =
+        lib.optional (m.revision != null) ("-" + utils.escapeSystemdExecArgs (pruneArgs m))
+        ++ lib.optional (startsServing m) ("+" + utils.escapeSystemdExecArgs (startServingArgs));
       Restart = "on-failure";
       RestartSec = cfg.restartSec;
       TimeoutStartSec = cfg.timeoutStartSec;
       User = cfg.user;
       Group = cfg.group;
       CacheDirectory = "vllm-station-download"; # its own: see the header on shared directories
-      ReadWritePaths = [ m.dir ];
+      ReadWritePaths = [ m.dir ]; # the revision's directory, and the older ones prune deletes
       LoadCredential = lib.optional (fromHub m && m.tokenFile != null) "hf-token:${m.tokenFile}";
 
       # systemd binds the process before exec, so every page it touches (page cache included) is
@@ -442,6 +511,15 @@ in
       '';
     };
 
+    keepRevisions = mkOption {
+      type = types.ints.positive;
+      default = 2;
+      description = ''
+        Default of every entry's `keepRevisions`: verified revisions kept on disk, the pinned one
+        included. 2 keeps the one served before the last upgrade, so a rollback needs no download.
+      '';
+    };
+
     retries = mkOption {
       type = types.ints.positive;
       default = 3;
@@ -489,6 +567,11 @@ in
               "services.vllm-station.download.models.${name}.revision: \"${m.revision}\" is not a 40-hex commit id; pin a commit or set allowBranch = true.";
         }) enabledModels
         ++ lib.mapAttrsToList (name: m: {
+          # It names one directory, `<dir>/revisions/<revision>` (vllm_station.checkpoint.revisions accepts the same).
+          assertion = m.revision == null || (builtins.match "[A-Za-z0-9._-]+" m.revision != null && m.revision != "." && m.revision != "..");
+          message = "services.vllm-station.download.models.${name}.revision: \"${toString m.revision}\" cannot name a revision directory (letters, digits, '.', '_', '-'); pin the commit it resolves to.";
+        }) enabledModels
+        ++ lib.mapAttrsToList (name: m: {
           assertion = lib.hasPrefix "/" m.dir;
           message = "services.vllm-station.download.models.${name}.dir: \"${m.dir}\" must be an absolute path.";
         }) enabledModels
@@ -533,6 +616,7 @@ in
       services.vllm-station.serve.inputs.checkpoint = {
         units = lib.mapAttrsToList (n: _: "${unitName n}.service") matchingDownloads;
         revision = mkIf (lib.length servedRevisions == 1) (lib.head servedRevisions);
+        dir = mkIf (lib.length servedRevisions == 1) (contract.revisionDir servedModel (lib.head servedRevisions));
       };
     })
   ];

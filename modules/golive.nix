@@ -33,7 +33,7 @@ let
   contract = import ./lib/contract.nix;
   hardening = import ./lib/hardening.nix;
 
-  unitName = "${contract.unit}-golive";
+  unitName = contract.goliveUnit;
   stateDir = "/var/lib/${unitName}";
   cacheDir = "/var/cache/${unitName}";
   # The run's settings and the station's record, for `station golive --config` (keys: docs/golive.md).
@@ -208,6 +208,11 @@ in
       wants = [ "${contract.unit}.service" ];
       after = [ "${contract.unit}.service" ] ++ keyCheck;
       requires = keyCheck;
+      # Skipped with the serving unit while its checkpoint is not stamped yet (the first switch of a new
+      # station, a new revision being fetched): the download unit starts both when it is done.
+      unitConfig = optionalAttrs ((serve.startCondition or null) != null) {
+        ConditionPathExists = serve.startCondition;
+      };
       # What is served changed (or what the run checks): run the gates again.
       restartTriggers = [
         settingsText

@@ -92,7 +92,7 @@ let
     ]
     ++ lib.optionals servesLocalModel [
       "--stamp"
-      (contract.stampOf serve.model)
+      (contract.stampOf serve.checkpointDir)
     ];
 
   # The worker beacon's ExecStop: let the head go first (bounded).
@@ -127,7 +127,7 @@ let
     hosts allow = ${workerAddress}
     hosts deny = *
     [${shareModule}]
-    path = ${toString serve.model}
+    path = ${toString serve.checkpointDir}
     comment = vllm-station checkpoint (${cfg.role})
   '';
   shareArgs = [

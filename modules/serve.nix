@@ -4,7 +4,11 @@
 # written (config below); other modules feed it through the internal options `serve.inputs.*`
 # and never edit this unit themselves.
 #   ExecStartPre   1. station gate stamp DIR     a local checkpoint carries its verification stamp
-#                                                (and the revision download.nix declares)
+#                                                (and the revision download.nix declares). DIR is the
+#                                                pinned revision's directory when a download entry
+#                                                serves it (contract.revisionDir); the unit is then
+#                                                skipped (ConditionPathExists) until that stamp exists,
+#                                                and the download unit starts it when done.
 #                  2. station pair wait-worker   pair head only: the worker's beacon answers (pair.nix)
 #                  3. +station prestart          sync, drop the page cache, refuse while file pages sit
 #                                                in the GPU's NUMA node, keep the previous container's logs
@@ -141,8 +145,8 @@ let
   # Typed options -> vLLM arguments (model first: `vllm serve MODEL …`). Never joined by hand:
   # the list is escaped as a whole for the unit below.
   vllmArgs =
-    optional (cfg.model != null) cfg.model # null is refused by an assertion
-    ++ optionalFlag "--served-model-name" cfg.servedModelName
+    optional (cfg.model != null) modelPath # null is refused by an assertion
+    ++ optionalFlag "--served-model-name" servedModelName
     ++ optionals (!cfg.headless) [
       "--host"
       cfg.host
@@ -176,9 +180,22 @@ let
   # A local model directory outside the state directory is mounted read-only at the same path.
   modelIsPath = cfg.model != null && lib.hasPrefix "/" cfg.model;
   servesLocalModel = modelIsPath;
-  extraModelVolume = optionals (modelIsPath && !lib.hasPrefix "${stateDir}/" cfg.model) [
+  # The directory vLLM loads: the pinned revision's (download.nix) under `model`, else `model` itself.
+  modelPath = if modelIsPath && inputs.checkpoint.dir != null then inputs.checkpoint.dir else cfg.model;
+  # The name clients use stays `model` when the path carries the revision (not a new name per upgrade).
+  servedModelName =
+    if cfg.servedModelName != null then
+      cfg.servedModelName
+    else if modelPath != cfg.model then
+      cfg.model
+    else
+      null;
+  # Skipped, not failed, while the checkpoint a download unit produces is not stamped yet: the first
+  # switch returns at once, and the download unit starts this unit when it has stamped the revision.
+  awaitsDownload = servesLocalModel && inputs.checkpoint.units != [ ];
+  extraModelVolume = optionals (modelIsPath && !lib.hasPrefix "${stateDir}/" modelPath) [
     "--volume"
-    "${cfg.model}:${cfg.model}:ro"
+    "${modelPath}:${modelPath}:ro"
   ];
 
   containerArgs =
@@ -249,7 +266,7 @@ let
       station
       "gate"
       "stamp"
-      cfg.model
+      modelPath
     ]
     ++ optionals (inputs.checkpoint.revision != null) [
       "--revision"
@@ -259,7 +276,7 @@ let
       "--fix"
       (
         if inputs.checkpoint.units != [ ] then
-          "start ${lib.concatStringsSep " " inputs.checkpoint.units} (it downloads and verifies), or run: station verify ${cfg.model}"
+          "start ${lib.concatStringsSep " " inputs.checkpoint.units} (it downloads and verifies), or run: station verify ${modelPath}"
         else
           "run: station verify ${cfg.model} (or declare services.vllm-station.download.models.<name>.dir = \"${cfg.model}\")"
       )
@@ -379,7 +396,7 @@ let
       "--unit"
       "${name}.service"
       "--checkpoint"
-      cfg.model
+      modelPath
       "--tensor-parallel-size"
       (toString cfg.tensorParallelSize)
       "--wait"
@@ -621,8 +638,11 @@ in
       description = ''
         The checkpoint to serve: an absolute path to a local directory, normally one that a
         `services.vllm-station.download.models.<name>` entry downloads and verifies (its `dir`,
-        `/var/lib/vllm-station-models/<name>` by default). The unit refuses to start until the
-        directory carries the verification stamp (`${contract.stampName}`). A path outside
+        `/var/lib/vllm-station-models/<name>` by default): vLLM then loads the pinned revision's
+        directory under it (`<model>/${contract.revisionsDirName}/<revision>`), and the unit is skipped
+        until that directory carries the verification stamp (`${contract.stampName}`), then started by
+        the download unit. Any other local directory must carry the stamp itself, or the start is
+        refused. A path outside
         `/var/lib/vllm-station` is mounted read-only into the container at the same place.
         A Hugging Face repo id is served only with {option}`allowHubDownload`.
       '';
@@ -876,6 +896,7 @@ in
     inputs = {
       checkpoint = {
         revision = input (types.nullOr types.str) null "Revision the local checkpoint's stamp must record (download.nix).";
+        dir = input (types.nullOr types.str) null "The pinned revision's directory under `model`, served instead of `model` (download.nix).";
         units = input (types.listOf types.str) [ ] "Units that download/verify the served checkpoint: wanted, ordered before, named in the gate's fix (download.nix).";
       };
       waitForWorker = input (types.nullOr (record {
@@ -912,6 +933,27 @@ in
         environment and devices), the unit's environment, its restart triggers and the checkpoint's
         revision. Never the `station` tools. golive re-runs when it changes.
       '';
+    };
+
+    startCondition = mkOption {
+      type = types.nullOr types.str;
+      readOnly = true;
+      internal = true;
+      default = if awaitsDownload then contract.stampOf modelPath else null;
+      defaultText = literalExpression "the pinned revision's stamp when a download unit produces the checkpoint, else null";
+      description = ''
+        The path whose existence the serving unit's start needs (`ConditionPathExists=`): the pinned
+        revision's stamp while a download unit produces it. golive's unit waits on the same condition.
+      '';
+    };
+
+    checkpointDir = mkOption {
+      type = types.nullOr types.str;
+      readOnly = true;
+      internal = true;
+      default = if modelIsPath then modelPath else null;
+      defaultText = literalExpression "the pinned revision's directory under `model`, else `model` (a local path)";
+      description = "The local directory vLLM loads and whose stamp the start checks (the pair's share and beacon use it).";
     };
 
     vllmArgs = mkOption {
@@ -1029,8 +1071,10 @@ in
           maxModelLen
           maxNumSeqs
           kvCacheDtype
+          toolCallParser
+          reasoningParser
           ;
-        modelDir = if modelIsPath then cfg.model else null;
+        modelDir = if modelIsPath then modelPath else null;
         revision = inputs.checkpoint.revision;
         gpuNode = cfg.prestart.gpuNode;
         maxFilePagesGiB = cfg.prestart.maxFilePagesGiB;
@@ -1050,10 +1094,11 @@ in
       systemd.services.${name} = {
         description = "vLLM OpenAI-compatible server (vllm-station)";
         wantedBy = [ "multi-user.target" ];
+        # Wanted (so a start fetches a missing revision), not ordered after: the start does not wait for a
+        # download; it is skipped until the stamp exists and the download unit starts it when done.
         wants = [ "network-online.target" ] ++ inputs.checkpoint.units;
         after =
           [ "network-online.target" ]
-          ++ inputs.checkpoint.units
           ++ optionals isContainer [ "nvidia-container-toolkit-cdi-generator.service" ]
           ++ optionals (isContainer && cfg.runtime == "docker") [ "docker.service" ]
           ++ secretsCheck;
@@ -1064,6 +1109,7 @@ in
         startLimitBurst = 3;
         startLimitIntervalSec = 3600;
         inherit (inputs) restartTriggers;
+        unitConfig = optionalAttrs (cfg.startCondition != null) { ConditionPathExists = cfg.startCondition; };
 
         environment = unitEnvironment;
 

@@ -90,6 +90,11 @@ let
         default = [ ];
       };
       systemd = freeform {
+        # systemd's package: units call its `systemctl` (download.nix starts the serving unit).
+        package = mkOption {
+          type = stubType;
+          default = fake.systemd;
+        };
         services = mkOption {
           type = types.attrsOf (
             types.submodule {

@@ -40,6 +40,10 @@ in
 {
   inherit (contract) stampName preflightConfig pairEnvFile;
   inherit goliveJson;
+  # A revision's directory under a download entry's dir (vllm_station.checkpoint.revisions reads it).
+  revisionDirExample = contract.revisionDir "/var/lib/vllm-station-models/m" "0123456789abcdef0123456789abcdef01234567";
+  # What the flagship example serves: the pinned revision's directory, and the stamp its start needs.
+  flashCheckpointDir = (evalExample [ ../examples/flash-station.nix ] "x86_64-linux").config.services.vllm-station.serve.checkpointDir;
   # The vLLM release the presets' flags were checked against.
   checkedWith = import ../../modules/presets/checked-with.nix;
   examples = lib.mapAttrs artifacts examples;

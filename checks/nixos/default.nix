@@ -46,7 +46,10 @@ let
 
   # The example serves its verified local copy: the preset's flags with that directory as the model.
   flashModelDir = "/var/lib/vllm-station-models/glm53-flash";
-  presetFlags = host: [ flashModelDir ] ++ lib.tail (import ../glm53-flash-flags.nix host);
+  flashRevision = "9c1e0d2f4a6b8c0e1f3a5b7c9d1e3f5a7b9c0d2e"; # the example's pin
+  # vLLM loads the pinned revision's directory under the entry's dir (contract.revisionDir).
+  flashRevisionDir = "${flashModelDir}/revisions/${flashRevision}";
+  presetFlags = host: [ flashRevisionDir ] ++ lib.tail (import ../glm53-flash-flags.nix host);
 
   # ---- the checks of one evaluated example: name -> [ problems ] ----
   flashChecks =
@@ -89,9 +92,9 @@ let
           station
           "gate"
           "stamp"
-          flashModelDir
+          flashRevisionDir
           "--revision"
-          "9c1e0d2f4a6b8c0e1f3a5b7c9d1e3f5a7b9c0d2e"
+          flashRevision
         ]
         ++ ok "prestart and preflight start with +: ${show pre}" (lib.all (lib.hasPrefix "+") (lib.tail pre))
         ++ eq "prestart argv" (lib.take 2 prestart) [

@@ -17,7 +17,9 @@ let
   headIp = "192.168.100.1";
   workerIp = "192.168.100.2";
   rev = "5f0c6e1d2b3a49788c7d6e5f4a3b2c1d0e9f8a7b";
-  dir = "/var/lib/vllm-station-models/glm53";
+  # The download entry's dir, and the pinned revision's directory under it (contract.revisionDir).
+  entryDir = "/var/lib/vllm-station-models/glm53";
+  dir = "${entryDir}/revisions/${rev}";
   stamp = "${dir}/.station-verified.json";
   envFile = "/etc/vllm-station/pair.env";
 
@@ -310,7 +312,9 @@ let
 
       serving-requires-stamp =
         ok "Wants the download unit" (lib.elem "vllm-station-download-glm53.service" (lib.concatMap (lib.splitString " ") (su "Wants")))
-        ++ ok "After the download unit" (lib.elem "vllm-station-download-glm53.service" (lib.concatMap (lib.splitString " ") (su "After")))
+        # Not After= it: the first switch does not wait for a download; skipped until the stamp exists.
+        ++ ok "not After the download unit" (!lib.elem "vllm-station-download-glm53.service" (lib.concatMap (lib.splitString " ") (su "After")))
+        ++ eq "skipped until the pinned revision is verified" (su "ConditionPathExists") [ stamp ]
         ++ eq "the stamp gate checks ${dir} at revision ${rev}" (lib.take 6 (argv (builtins.head pre))) [
           station
           "gate"

@@ -3,7 +3,7 @@
 #
 #   nix-instantiate --eval --strict --json checks/system/render.nix \
 #     --argstr nixosTree "$NIXOS_TREE" --argstr example flash-station --argstr image REF@sha256:… \
-#     [--argstr hubEndpoint http://127.0.0.1:P] [--argstr memlock BYTES]
+#     [--argstr hubEndpoint http://127.0.0.1:P] [--argstr memlock BYTES] [--argstr revision 40HEX]
 #
 # The example is evaluated as it is, plus the test-only definitions below (each says why).
 # Evaluate with --read-write-mode: the harness reads the derivations the texts name (`nix derivation show`).
@@ -24,6 +24,8 @@
   image,
   hubEndpoint ? "",
   memlock ? "",
+  # An operator's change under test: every download entry pinned to this revision (a checkpoint upgrade).
+  revision ? "",
 }:
 let
   inherit (import ../nixos/eval.nix { inherit nixosTree; }) lib evalExample;
@@ -65,6 +67,11 @@ let
         copyBandwidthLimit = lib.mkIf (m.copyFrom != null) "4M";
       }) first.services.vllm-station.download.models;
     }
+    (lib.mkIf (revision != "") {
+      services.vllm-station.download.models = lib.mapAttrs (_: _: {
+        revision = lib.mkForce revision;
+      }) first.services.vllm-station.download.models;
+    })
     # Where the test's hub listens (downloads go to a local fake of the Hugging Face Hub API).
     (lib.mkIf (hubEndpoint != "") {
       services.vllm-station.download.models = lib.mapAttrs (_: _: {

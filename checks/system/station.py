@@ -77,7 +77,7 @@ def memlock_limit() -> str:
     return "" if hard == resource.RLIM_INFINITY else str(hard)
 
 
-def render(nixos_tree: str, example: str, image: str, hub: str = "") -> Rendered:
+def render(nixos_tree: str, example: str, image: str, hub: str = "", revision: str = "") -> Rendered:
     args = [
         "nix-instantiate",
         "--eval",
@@ -100,6 +100,9 @@ def render(nixos_tree: str, example: str, image: str, hub: str = "") -> Rendered
         "--argstr",
         "memlock",
         memlock_limit(),
+        "--argstr",
+        "revision",
+        revision,
     ]
     proc = run_nix(args, timeout=600)
     if proc.returncode != 0:
@@ -118,9 +121,14 @@ def _nix_stdout(args: list[str]) -> str:
 def station_venv(cache: Path) -> Path:
     """The `station` programs a station's store path would hold: the package installed (not editable) into
     a venv of Debian's /usr/bin/python3.11, so units see no file under /root or the repo (ProtectHome).
-    Dependencies are cached by pyproject.toml's hash; the package is reinstalled from src every run."""
+    Dependencies are cached by pyproject.toml's hash and the checkout's path; the package is reinstalled
+    from src every run. One venv per checkout: two checkouts running this tier at once (worktrees) would
+    otherwise reinstall each other's package under a running machine, whose units then run the other
+    checkout's tools (seen: a restart refused by the other tools' preflight reading this one's config)."""
     pkg = CHECKS.parent / "pkgs" / "station-tools"
-    digest = hashlib.sha256((pkg / "pyproject.toml").read_bytes()).hexdigest()[:16]
+    digest = hashlib.sha256(
+        (pkg / "pyproject.toml").read_bytes() + str(pkg.resolve()).encode()
+    ).hexdigest()[:16]
     venv = cache / "system" / f"station-venv-{digest}"
     pip = [
         str(venv / "bin" / "python"),

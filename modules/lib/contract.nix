@@ -31,6 +31,8 @@ rec {
 
   # The serving unit, and the container it runs (same name).
   unit = "vllm-station";
+  # golive's oneshot (golive.nix); the download unit starts it with the serving unit (download.nix).
+  goliveUnit = "${unit}-golive";
   stateDir = "/var/lib/${unit}";
   cacheDir = "/var/cache/${unit}";
   logsDir = "/var/log/${unit}";
@@ -65,6 +67,11 @@ rec {
   # Written by `station verify` (and `station download`) into the checkpoint directory.
   stampName = ".station-verified.json";
   stampOf = dir: "${dir}/${stampName}";
+  # Each pinned revision of a download entry lives in its own directory under the entry's `dir`, with
+  # its own stamp, so that a new revision is fetched and verified beside the one being served and a
+  # rollback finds the old one still there (vllm_station.checkpoint.revisions reads the same layout).
+  revisionsDirName = "revisions";
+  revisionDir = dir: revision: "${dir}/${revisionsDirName}/${revision}";
 
   beaconUnit = "vllm-station-pair-beacon";
   # Station A's verified checkpoint, read-only over the rail, for station B's copy unit (`station copy`).

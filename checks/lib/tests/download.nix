@@ -3,7 +3,10 @@
 { lib, h }:
 let
   rev = "0123456789abcdef0123456789abcdef01234567";
+  rev2 = "89abcdef0123456789abcdef0123456789abcdef";
   dir = "/var/lib/vllm-station-models/glm53";
+  # Each revision in its own directory under the entry's dir (contract.revisionDir).
+  revDir = r: "${dir}/revisions/${r}";
   glm = {
     services.vllm-station.download = {
       enable = true;
@@ -34,6 +37,23 @@ let
   startArgv = config: h.argv (lib.removeSuffix tokenSuffix (dsc config).ExecStart);
   station = "${h.fake.station}/bin/station"; # the download units: the store path (a oneshot)
   linked = "/run/vllm-station-tools/bin/station"; # the serving unit's steps: the stable link (serve.nix)
+  # The download's last step when it serves the entry: `+systemctl start --no-block UNITS` (privileged),
+  # as [ privileged "systemctl" "start" "--no-block" UNITS… ]; [ ] when there is none.
+  startsAfter =
+    config:
+    let
+      lines = lib.filter (l: lib.hasInfix "systemctl" l) ((dsc config).ExecStartPost or [ ]);
+      line = lib.head lines;
+      argv = h.argv line;
+    in
+    if lines == [ ] then
+      [ ]
+    else
+      [
+        (lib.hasPrefix "+" line)
+        (baseNameOf (lib.head argv))
+      ]
+      ++ lib.tail argv;
 in
 {
   import-enables-nothing = h.check [ ] (
@@ -77,13 +97,13 @@ in
       u = unitOf config;
     in
     h.eq "Type" (dsc config).Type "oneshot"
-    ++ h.eq "RemainAfterExit" (dsc config).RemainAfterExit true
+    ++ h.eq "not RemainAfterExit: done, it goes inactive; the next start is skipped by the condition" ((dsc config) ? RemainAfterExit) false
     ++ h.eq "Restart" (dsc config).Restart "on-failure"
     ++ h.eq "RestartSec" (dsc config).RestartSec 60
     ++ h.eq "startLimitBurst ([Unit])" u.startLimitBurst 3
     ++ h.eq "startLimitIntervalSec ([Unit])" u.startLimitIntervalSec 3600
     ++ h.eq "no StartLimit* in serviceConfig" (lib.filter (lib.hasPrefix "StartLimit") (lib.attrNames (dsc config))) [ ]
-    ++ h.eq "skip once verified" u.unitConfig.ConditionPathExists "!${dir}/.station-verified.json"
+    ++ h.eq "skip once the pinned revision is verified" u.unitConfig.ConditionPathExists "!${revDir rev}/.station-verified.json"
     ++ h.contains "network" u.wants "network-online.target"
     ++ h.contains "network" u.after "network-online.target"
   );
@@ -102,7 +122,7 @@ in
       "--revision"
       rev
       "--dir"
-      dir
+      (revDir rev)
       "--membind"
       "0"
       "--expect-arch"
@@ -180,7 +200,7 @@ in
     h.eq "ExecStart: the stamp records what the copy is" (h.argv (dsc config).ExecStart) [
       station
       "verify"
-      dir
+      (revDir rev)
       "--repo"
       "nvidia/GLM-5.3-NVFP4"
       "--revision"
@@ -212,15 +232,30 @@ in
       linked
       "gate"
       "stamp"
-      dir
+      (revDir rev)
       "--revision"
       rev
       "--fix"
-      "start vllm-station-download-glm53.service (it downloads and verifies), or run: station verify ${dir}"
+      "start vllm-station-download-glm53.service (it downloads and verifies), or run: station verify ${revDir rev}"
     ]
-    ++ h.contains "wants the download" u.wants "vllm-station-download-glm53.service"
-    ++ h.contains "after the download" u.after "vllm-station-download-glm53.service"
+    ++ h.contains "wants the download (a start fetches a missing revision)" u.wants "vllm-station-download-glm53.service"
+    # The first switch returns at once: the start does not wait for a download; it is skipped until the
+    # stamp exists, and the download unit starts it when it is done.
+    ++ h.lacks "not ordered after the download" u.after "vllm-station-download-glm53.service"
+    ++ h.eq "skipped until the pinned revision is verified" u.unitConfig.ConditionPathExists "${revDir rev}/.station-verified.json"
+    ++ h.eq "the download starts it, privileged, not waiting for it" (startsAfter config) [
+      true
+      "systemctl"
+      "start"
+      "--no-block"
+      "vllm-station.service"
+    ]
+    # Not OnSuccess=: systemd fires it on a stop too, and the serving unit's Wants= would restart the download.
+    ++ h.eq "no OnSuccess" ((unitOf config).unitConfig ? OnSuccess) false
+    ++ h.eq "vLLM loads the revision's directory" (lib.head config.services.vllm-station.serve.vllmArgs) (revDir rev)
+    ++ h.contains "read-only in the container, at the same path" (h.argv u.serviceConfig.ExecStart) "${revDir rev}:${revDir rev}:ro"
     ++ h.eq "preflight revision" (h.preflightJson config).revision rev
+    ++ h.eq "preflight reads that directory" (h.preflightJson config).modelDir (revDir rev)
   );
 
   # Declared but not enabled: no unit is rendered, so the serving unit must not want one.
@@ -297,8 +332,9 @@ in
       "download"
       "nvidia/GLM-5.3-Flash-NVFP4"
     ]
-    ++ h.eq "the serving unit serves its directory" (lib.head config.services.vllm-station.serve.vllmArgs) "/var/lib/vllm-station-models/glm53-flash"
-    ++ h.contains "and waits for it" (h.unit config).after "vllm-station-download-glm53-flash.service"
+    ++ h.eq "the serving unit serves its pinned revision's directory" (lib.head config.services.vllm-station.serve.vllmArgs) "/var/lib/vllm-station-models/glm53-flash/revisions/${rev}"
+    ++ h.contains "and wants it" (h.unit config).wants "vllm-station-download-glm53-flash.service"
+    ++ h.eq "clients keep the preset's name" (h.flagValue "--served-model-name" config.services.vllm-station.serve.vllmArgs) "glm-5.3-flash"
   );
 
   assert-entry-without-repository = h.throws [
@@ -320,7 +356,7 @@ in
       "copy"
       "rsync://192.168.100.1:8730/glm53"
       "--dir"
-      dir
+      (revDir rev)
       "--revision"
       rev
       "--repo"
@@ -384,10 +420,162 @@ in
     ++ h.eq "every base setting but UMask" (builtins.removeAttrs (builtins.intersectAttrs base d) [ "UMask" ]) (builtins.removeAttrs base [ "UMask" ])
   );
 
+  # ---- revisions: R1 -> R2 -> R1 (an upgrade and its rollback) ----
+  # Each pin renders its own directory, stamp condition and prune; the serving unit's text changes with
+  # the pin (switch restarts it onto the new revision), and going back renders R1's units exactly again:
+  # R1's stamp is still on disk (prune kept it), so its download unit is skipped and nothing is fetched.
+  revisions-upgrade-and-rollback =
+    let
+      pinned = r: with' served { services.vllm-station.download.models.glm53.revision = lib.mkForce r; };
+      view =
+        r:
+        let
+          config = (h.eval (pinned r)).config;
+          u = h.unit config;
+          d = unitOf config;
+        in
+        {
+          model = lib.head config.services.vllm-station.serve.vllmArgs;
+          servingStart = u.serviceConfig.ExecStart;
+          gate = h.argv (builtins.head u.serviceConfig.ExecStartPre);
+          servingCondition = u.unitConfig.ConditionPathExists;
+          downloadCondition = d.unitConfig.ConditionPathExists;
+          downloadDir = h.flagValue "--dir" (startArgv config);
+          # ExecStartPost: the prune, then starting the serving unit, in that order
+          prune = map h.argv (lib.take 1 d.serviceConfig.ExecStartPost);
+          pruneIgnoresFailure = map (lib.hasPrefix "-") (lib.take 1 d.serviceConfig.ExecStartPost);
+          postSteps = map (l: lib.elemAt (h.argv l) 1) d.serviceConfig.ExecStartPost;
+          adopt = map h.argv d.serviceConfig.ExecStartPre;
+          starts = startsAfter config;
+        };
+      r1 = view rev;
+      r2 = view rev2;
+      back = view rev;
+    in
+    h.check served (
+      _:
+      h.eq "R1 serves its directory" r1.model (revDir rev)
+      ++ h.eq "R2 serves its own" r2.model (revDir rev2)
+      ++ h.eq "R2 is fetched beside R1" r2.downloadDir (revDir rev2)
+      ++ h.eq "R2's download skipped once R2 is verified" r2.downloadCondition "!${revDir rev2}/.station-verified.json"
+      ++ h.eq "the serving unit waits for R2's stamp" r2.servingCondition "${revDir rev2}/.station-verified.json"
+      ++ h.eq "the gate checks R2" (lib.take 6 r2.gate) [
+        linked
+        "gate"
+        "stamp"
+        (revDir rev2)
+        "--revision"
+        rev2
+      ]
+      ++ h.ok "the serving unit's start changes with the pin (switch restarts it)" (r1.servingStart != r2.servingStart)
+      ++ h.eq "after R2 verified: keep the pin and the newest, delete older" r2.prune [
+        [
+          station
+          "revisions"
+          "prune"
+          dir
+          "--pin"
+          rev2
+          "--keep"
+          "2"
+        ]
+      ]
+      ++ h.eq "a prune that fails does not fail the verified download" r2.pruneIgnoresFailure [ true ]
+      ++ h.eq "prune first, then the serving unit is started" r2.postSteps [
+        "revisions"
+        "start"
+      ]
+      ++ h.eq "a flat checkpoint of before is adopted first" r2.adopt [
+        [
+          station
+          "revisions"
+          "adopt"
+          dir
+        ]
+      ]
+      ++ h.eq "the download starts the serving unit" (lib.drop 4 r2.starts) [ "vllm-station.service" ]
+      ++ h.eq "back to R1: R1's units exactly" back r1
+      ++ h.eq "R1's download is skipped while R1's stamp exists (no download)" back.downloadCondition "!${revDir rev}/.station-verified.json"
+    );
+
+  keep-revisions-option = h.check (with' [ glm ] { services.vllm-station.download.keepRevisions = 3; }) (
+    config: h.eq "--keep" (h.flagValue "--keep" (h.argv (lib.head (dsc config).ExecStartPost))) "3"
+  );
+
+  keep-revisions-per-model = h.check (with' [ glm ] { services.vllm-station.download.models.glm53.keepRevisions = 1; }) (
+    config: h.eq "--keep" (h.flagValue "--keep" (h.argv (lib.head (dsc config).ExecStartPost))) "1"
+  );
+
+  # Without a revision (a hand-synced copy, verify only) there is one directory: `dir` itself.
+  verify-only-without-revision-is-flat = h.check (with' [ glm ] {
+    services.vllm-station.download.models.glm53 = {
+      verifyOnly = true;
+      revision = lib.mkForce null;
+    };
+  }) (
+    config:
+    h.eq "verify DIR" (lib.take 3 (h.argv (dsc config).ExecStart)) [
+      station
+      "verify"
+      dir
+    ]
+    ++ h.eq "no prune" ((dsc config).ExecStartPost or [ ]) [ ]
+    ++ h.eq "no adopt" ((dsc config).ExecStartPre or [ ]) [ ]
+    ++ h.eq "condition on dir's stamp" (unitOf config).unitConfig.ConditionPathExists "!${dir}/.station-verified.json"
+  );
+
+  # golive waits on the same condition as the serving unit (skipped at a first switch without a
+  # checkpoint) and the download unit starts both once the revision is stamped.
+  golive-follows-the-checkpoint = h.check (with' served { services.vllm-station.golive.enable = true; }) (
+    config:
+    h.eq "the download starts the serving unit and golive" (lib.drop 4 (startsAfter config)) [
+      "vllm-station.service"
+      "vllm-station-golive.service"
+    ]
+    ++ h.eq "golive skipped until the revision is stamped" config.systemd.services.vllm-station-golive.unitConfig.ConditionPathExists "${revDir rev}/.station-verified.json"
+    ++ h.contains "golive after the serving unit" config.systemd.services.vllm-station-golive.after "vllm-station.service"
+  );
+
+  golive-without-download-has-no-condition = h.check [
+    {
+      services.vllm-station.serve = {
+        enable = true;
+        image = h.image;
+        model = "/srv/models/x";
+      };
+      services.vllm-station.golive.enable = true;
+    }
+  ] (config: h.eq "no condition" (config.systemd.services.vllm-station-golive.unitConfig ? ConditionPathExists) false);
+
+  # Not serving this entry: the download starts nothing.
+  download-not-served-starts-nothing = h.check [ glm ] (
+    config: h.eq "starts nothing" (startsAfter config) [ ]
+  );
+
+  # A local model no download unit produces: the gate refuses (exit 1, the fix), no condition skips it.
+  serving-without-download-unit-is-not-skipped = h.check [
+    {
+      services.vllm-station.serve = {
+        enable = true;
+        image = h.image;
+        model = "/srv/models/x";
+      };
+    }
+  ] (config: h.eq "no ConditionPathExists" ((h.unit config).unitConfig ? ConditionPathExists) false);
+
   # ---- every assertion ----
   assert-branch-revision = h.assertionFails [
     (lib.recursiveUpdate glm { services.vllm-station.download.models.glm53.revision = "main"; })
   ] "\"main\" is not a 40-hex commit id";
+
+  assert-revision-names-one-directory = h.assertionFails [
+    (lib.recursiveUpdate glm {
+      services.vllm-station.download.models.glm53 = {
+        revision = "refs/pr/1";
+        allowBranch = true;
+      };
+    })
+  ] "cannot name a revision directory";
 
   branch-allowed = h.check [
     (lib.recursiveUpdate glm {

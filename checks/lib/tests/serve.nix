@@ -456,6 +456,9 @@ in
       maxModelLen = 1048576;
       maxNumSeqs = 256;
       kvCacheDtype = null; # the checkpoint's (fp8)
+      # the preset's parsers: preflight's `parsers` check compares them with the checkpoint's model card
+      toolCallParser = "glm47";
+      reasoningParser = "glm45";
       runtime = "${h.fake.docker}/bin/docker";
       image = h.image;
       paths = {

@@ -24,6 +24,8 @@ FLASH: dict[str, Any] = {
     "maxModelLen": 1048576,
     "maxNumSeqs": 256,
     "kvCacheDtype": "fp8",
+    "toolCallParser": "glm47",
+    "reasoningParser": "glm45",
     "runtime": None,
     "image": None,
     "paths": {

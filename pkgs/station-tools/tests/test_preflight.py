@@ -788,7 +788,9 @@ def test_cli_json_schema_and_exit_codes(tmp_path: Path, capsys: pytest.CaptureFi
     }
     assert report["version"] == 1 and report["exit_code"] == 0 and report["status"] == "WARN"
     names = [c["name"] for c in report["checks"]]
-    assert names == ["numa", "page-cache", "host-memory", "gpu", "model", "disk", "port", "image", "kv-cache"]
+    assert names == [
+        *["numa", "page-cache", "host-memory", "gpu", "model", "parsers", "disk", "port", "image", "kv-cache"]
+    ]
     for c in report["checks"]:
         assert set(c) == {"name", "status", "figure", "threshold", "fix", "details", "group", "elapsed_ms"}
         assert c["status"] in {"PASS", "WARN", "FAIL", "SKIP"}

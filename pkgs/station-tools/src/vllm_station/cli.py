@@ -51,6 +51,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "numa-exec": ("numa_exec", "run a command with its memory bound to NUMA nodes (default node 0)"),
     "download": ("download", "download a pinned model revision bound to NUMA node 0, then verify it"),
     "verify": ("verify", "verify a checkpoint: config, index, shard headers, optional sha256; write a stamp"),
+    "revisions": ("revisions", "a model's revisions side by side: list, prune old ones, adopt a flat copy"),
     "bench": ("bench.cli", "load test: concurrency sweep, burst, prefill; tables, JSON/CSV, PNG plots"),
     "simulate": (
         "bench.sim.cli",

@@ -10,7 +10,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from vllm_station.checkpoint.layout import CONFIG_NAME
+from vllm_station.checkpoint.layout import CONFIG_NAME, README_NAME, read_declared_parsers
 from vllm_station.checkpoint.stamp import STAMP_NAME, StampError, StampMissing, changed_files, read_stamp
 from vllm_station.host import container as rt
 from vllm_station.host import sysfs
@@ -464,6 +464,61 @@ def model(ctx: Context) -> CheckResult:
             details,
         )
     return CheckResult("model", Status.PASS, figure, threshold, details=details)
+
+
+# --- parsers -------------------------------------------------------------------------------------
+
+# config key, the serving module's option, for each kind of parser
+_PARSER_SETTINGS = {
+    "tool": ("toolCallParser", "services.vllm-station.serve.toolCallParser"),
+    "reasoning": ("reasoningParser", "services.vllm-station.serve.reasoningParser"),
+}
+
+
+@check("parsers", description="tool-call/reasoning parsers: those the checkpoint's model card declares")
+def parsers(ctx: Context) -> CheckResult:
+    """FAIL when the configured parser is not one the checkpoint declares (a new revision that changed
+    its output format would answer tool calls as raw text); WARN when it declares one and none is set."""
+    cfg = ctx.config
+    if cfg.model_dir is None:
+        raise SkipCheck(f"modelDir not set: no local checkpoint of {cfg.model} to read")
+    try:
+        declared = read_declared_parsers(ctx.host_path(cfg.model_dir))
+    except ValueError as err:
+        figure = f"model card unreadable: {err}"
+        return CheckResult("parsers", Status.FAIL, figure, None, "re-download the checkpoint")
+    if declared is None:
+        raise SkipCheck(f"no {README_NAME} in {cfg.model_dir}: the checkpoint declares no parser")
+    if not declared.tool and not declared.reasoning:
+        raise SkipCheck(f"{declared.source} names no --tool-call-parser or --reasoning-parser")
+    configured = {"tool": cfg.tool_call_parser, "reasoning": cfg.reasoning_parser}
+    names = {"tool": declared.tool, "reasoning": declared.reasoning}
+    details: dict[str, Any] = {"source": declared.source}
+    problems: list[str] = []
+    fixes: list[str] = []
+    warnings: list[str] = []
+    for kind, (key, option) in _PARSER_SETTINGS.items():
+        want, have = names[kind], configured[kind]
+        details[kind] = {"declared": list(want), "configured": have}
+        if not want:
+            continue
+        if have is None:
+            warnings.append(f"{key}: none set, the checkpoint declares {' or '.join(want)}")
+            fixes.append(f'set {option} = "{want[0]}"')
+        elif have not in want:
+            problems.append(f"{key} {have!r}, the checkpoint declares {' or '.join(repr(w) for w in want)}")
+            fixes.append(f'set {option} = "{want[0]}" (or serve the revision the flags were written for)')
+    threshold = "the configured parsers are among those the model card declares"
+    fix = "; ".join(fixes) or None
+    if problems:
+        figure = "; ".join(problems) + f" ({declared.source})"
+        return CheckResult("parsers", Status.FAIL, figure, threshold, fix, details)
+    if warnings:
+        figure = "; ".join(warnings) + f" ({declared.source})"
+        return CheckResult("parsers", Status.WARN, figure, threshold, fix, details)
+    shown = ", ".join(f"{_PARSER_SETTINGS[k][0]} {configured[k]}" for k in names if names[k])
+    figure = f"{shown}, as {declared.source} declares"
+    return CheckResult("parsers", Status.PASS, figure, threshold, details=details)
 
 
 # --- disk ----------------------------------------------------------------------------------------

@@ -43,6 +43,8 @@ NO_CONFIG: dict[str, Any] = {
     "maxModelLen": None,
     "maxNumSeqs": None,
     "kvCacheDtype": None,
+    "toolCallParser": None,
+    "reasoningParser": None,
     "runtime": None,
     "image": None,
     "paths": {
@@ -76,6 +78,8 @@ _OVERRIDES: tuple[tuple[str, str, Callable[[str], object], str], ...] = (
     ("--max-model-len", "max_model_len", argtypes.count(hi=100_000_000), "vLLM's --max-model-len"),
     ("--max-num-seqs", "max_num_seqs", argtypes.count(hi=1_000_000), "vLLM's --max-num-seqs"),
     ("--kv-cache-dtype", "kv_cache_dtype", str, "vLLM's --kv-cache-dtype"),
+    ("--tool-call-parser", "tool_call_parser", str, "vLLM's --tool-call-parser (parsers check)"),
+    ("--reasoning-parser", "reasoning_parser", str, "vLLM's --reasoning-parser (parsers check)"),
     ("--runtime", "runtime", str, "docker, podman or an absolute path to one (image check)"),
     ("--image", "image", str, "pinned image name@sha256:…"),
 )

@@ -116,6 +116,8 @@ class PreflightConfig:
     max_model_len: int | None  # null: the model's own context length
     max_num_seqs: int | None  # null: not set, vLLM picks its own
     kv_cache_dtype: str  # "auto" (null): what the checkpoint's configuration says, else the model dtype
+    tool_call_parser: str | None  # vLLM's --tool-call-parser; null: none (tool calls stay text)
+    reasoning_parser: str | None  # vLLM's --reasoning-parser; null: none
     runtime: str | None
     image: str | None
     paths: PathsConfig
