@@ -348,13 +348,15 @@ class AsyncHttp:
         self,
         *,
         headers: Mapping[str, str] | None = None,
-        tls: ssl.SSLContext | None = None,
+        tls: ssl.SSLContext | bool | None = None,
         max_connections: int = 100,
         limits: Limits = LIMITS,
     ) -> None:
         self.limits = limits
         connector = aiohttp.TCPConnector(
-            limit=max_connections, limit_per_host=max_connections, ssl=tls if tls is not None else True
+            limit=max_connections,
+            limit_per_host=max_connections,
+            ssl=tls if isinstance(tls, ssl.SSLContext) else True,
         )
         self._session = aiohttp.ClientSession(
             connector=connector,
