@@ -2,14 +2,17 @@
 
 The commands are found, not named: each (sub)command of `cli.COMMANDS` whose parser has a `--base-url` or
 `--url` option talks HTTP, so a verb added later is run here without being listed. Its options are filled
-by option name (`FILL`: the URL, a short `--timeout`, output paths into a scratch directory, …); a new
-required option that no entry fills fails the collection with its name, rather than being skipped.
+by option name (`fill()`: the URL, a short `--timeout`, output paths into a scratch directory, …); a new
+required option that no entry fills fails the run with its name, rather than being skipped.
 
-Each pair runs `station …` as a real subprocess against `hostileserver.py` (one real server, the mode in
-the URL's first path segment) with its address space capped (RLIMIT_AS) and a wall deadline, and asserts:
+Each pair runs the command line (`cli.main`, what the `station` script runs) in a process of its own —
+forked from a server that has imported every command module, so no run pays an interpreter start —
+against `hostileserver.py` (one real server, the mode in the URL's first path segment), with its address
+space capped (RLIMIT_AS) and a wall deadline, PARALLEL runs at a time, and asserts:
 
 - it ended before the deadline (a drip or a slow-loris server once kept commands alive for minutes);
-- bounded memory: the child's peak RSS (wait4) under `RSS_CAP`, and no MemoryError under the AS cap;
+- bounded memory: the growth of the process's peak RSS (VmHWM) under `RSS_CAP` (a run past it is killed
+  there), and no MemoryError under the AS cap;
 - an exit code in the family: against a server hostile in every answer, a failure (1) or unreachable
   (3), never usage (2), never success (0) — except a command bounded by `--cycles` looks (a daemon: its
   verdicts are its output, it exits 0 after its looks); against one hostile only in some answers
@@ -44,7 +47,6 @@ from vllm_station import cli
 TESTS = Path(__file__).resolve().parent
 TIMEOUT = "1"  # every command's --timeout here: the runs stay short, the deadline is what is tested
 WALL_S = 150.0  # a run still going after this is a hang (the drip and the slow loris never stop sending)
-PAGE = os.sysconf("SC_PAGE_SIZE")
 PARALLEL = 4  # runs at once: most of a run is waiting out a deadline
 AS_CAP = 3 * 1024**3  # address space of each run: an unbounded body reaches it within a second
 RSS_CAP = 256 * 1024**2  # peak resident memory of each run; a run past it is killed there
