@@ -14,16 +14,16 @@ mode, counted apart, for "the first N" below):
 - events      like ok, but a streamed chat is small valid events without end (never [DONE]) — for the
               first 4 chat answers under one prefix;
 - drip        200 and its headers at once, then one byte every 0.5 s, no newline, without end;
-- loris       the status line and headers themselves, one byte every 0.5 s, without end;
+- loris       the status line and headers themselves, one byte every 0.5 s, a header line without end;
 - deep        like ok, but every JSON answer (and each streamed event) is nested 100,000 levels deep;
 - huge-mml    like ok, but /v1/models (and /tokenize) report max_model_len 10**12;
-- redirect    302 to the same path under /followed/ — a client that follows shows up there;
+- redirect    302 to the same path under /followed~<prefix>/ — a client that follows shows up there;
 - echo        like ok, but the API key from the request (Authorization) is echoed in the model id, the
               answers and error bodies: literally, JSON-escaped, percent-encoded (every byte), split by a
               line break.
 
-Every request's "<mode> <method> <path>" is appended to HITS_FILE (one line each), so a test can assert
-that nothing reached /followed/.
+Every request's "<prefix> <method> <path>" is appended to HITS_FILE (one line each), so a test can assert
+that nothing reached /followed~<prefix>/.
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ class Handler(socketserver.BaseRequestHandler):
         segment, _, rest = path.lstrip("/").partition("/")
         mode, rest = segment.partition("~")[0], "/" + rest
         with _lock, open(self.server.hits, "a") as f:
-            f.write(f"{mode} {method} {rest}\n")
+            f.write(f"{segment} {method} {rest}\n")
         try:
             req = json.loads(body) if body else {}
         except ValueError:
@@ -113,7 +113,7 @@ class Handler(socketserver.BaseRequestHandler):
             if seen > ONLY_FIRST[mode]:
                 mode = "ok"
         if mode == "redirect":
-            sock.sendall(_head(302, "text/plain", f"Location: /followed{rest}", 0))
+            sock.sendall(_head(302, "text/plain", f"Location: /followed~{segment}{rest}", 0))
         elif mode == "endless" or (mode == "line" and chat and not stream):
             self._endless(sock, _head(200, "text/event-stream" if stream else "application/json"), b"x")
         elif mode == "line" and stream:
@@ -125,7 +125,7 @@ class Handler(socketserver.BaseRequestHandler):
             sock.sendall(_head(200, "text/event-stream" if stream else "application/json"))
             self._drip(sock, b"a" * 100_000_000)
         elif mode == "loris":
-            self._drip(sock, _head(200, "application/json") + b"{}")
+            self._drip(sock, _head(200, "application/json")[:-2] + b"X-Drip: " + b"a" * 100_000_000)
         else:
             self._answer(sock, mode, method, rest, req, key, stream)
 

@@ -326,6 +326,7 @@ def test_every_http_command_against_every_hostile_server(
     leaked = {name: forms for name, text in outputs.items() if (forms := _leaks(text))}
     assert not leaked, f"the API key in {leaked}\n{shown}"
 
-    if mode == "redirect":  # (the runs share the server: a follow by any of them fails each redirect case)
-        followed = [h for h in hits.read_text().splitlines() if h.startswith("followed ")]
+    if mode == "redirect":  # this run's base URL, followed, would show as /followed~<its prefix>/…
+        mine = f"followed~{mode}~{tmp_path.name} "
+        followed = [h for h in hits.read_text().splitlines() if h.startswith(mine)]
         assert not followed, f"a redirect was followed: {followed}\n{shown}"

@@ -53,7 +53,7 @@ def hostile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Pat
 
 
 def _followed(hits: Path) -> list[str]:
-    return [h for h in hits.read_text().splitlines() if h.startswith("followed ")]
+    return [h for h in hits.read_text().splitlines() if h.startswith("followed~")]
 
 
 @pytest.mark.parametrize("mode", ["drip", "loris"])
@@ -159,11 +159,11 @@ def test_a_redirect_is_refused_not_followed(hostile: tuple[str, Path]) -> None:
         http.open("GET", f"{root}/redirect/v1/models", timeout=5.0),
     ):
         pass
-    assert err.value.status == 302 and err.value.location == "/followed/v1/models"
-    assert "HTTP 302 redirect to /followed/v1/models, not followed" in str(err.value)
+    assert err.value.status == 302 and err.value.location == "/followed~redirect/v1/models"
+    assert "HTTP 302 redirect to /followed~redirect/v1/models, not followed" in str(err.value)
     with ApiClient(f"{root}/redirect", timeout=5.0) as api, pytest.raises(HttpStatusError) as api_err:
         api.health()
-    assert "redirect to /followed/health, not followed" in str(api_err.value)
+    assert "redirect to /followed~redirect/health, not followed" in str(api_err.value)
     assert _followed(hits) == []
 
 
@@ -174,7 +174,7 @@ def test_the_aiohttp_path_keeps_the_same_rules(hostile: tuple[str, Path]) -> Non
         http = AsyncHttp(limits=Limits(max_body=1 << 20))
         try:
             got = await http.fetch("GET", f"{root}/redirect/v1/models", timeout=5.0)
-            assert (got.status, got.location) == (302, "/followed/v1/models")
+            assert (got.status, got.location) == (302, "/followed~redirect/v1/models")
             got = await http.fetch("GET", f"{root}/endless/v1/models", timeout=NEVER_S)
             assert got.truncated and len(got.body) == 1 << 20
             t0 = time.monotonic()
@@ -190,7 +190,7 @@ def test_the_aiohttp_path_keeps_the_same_rules(hostile: tuple[str, Path]) -> Non
 
 @pytest.mark.parametrize(
     ("mode", "problem"),
-    [("redirect", "redirect to /followed/stamp, not followed"), ("endless", "without ending")],
+    [("redirect", "redirect to /followed~redirect/stamp, not followed"), ("endless", "without ending")],
 )
 def test_the_peer_stamp_fetch_goes_through_the_layer(
     hostile: tuple[str, Path], mode: str, problem: str, tmp_path: Path
