@@ -63,7 +63,7 @@ def test_a_dripping_server_is_cut_off_at_the_total_deadline(hostile: tuple[str, 
     with (
         pytest.raises(httpx.TimeoutException),
         SyncHttp() as http,
-        http.open("GET", f"{root}/{mode}/v1/models", timeout=2.0) as resp,
+        http.stream("GET", f"{root}/{mode}/v1/models", timeout=2.0) as resp,
     ):
         resp.read()
     took = time.monotonic() - t0
@@ -90,7 +90,7 @@ def test_an_endless_body_stops_at_the_cap(hostile: tuple[str, Path]) -> None:
     root, _ = hostile
     with (
         SyncHttp(limits=Limits(max_body=1 << 20)) as http,
-        http.open("GET", f"{root}/endless/v1/models", timeout=NEVER_S) as resp,
+        http.stream("GET", f"{root}/endless/v1/models", timeout=NEVER_S) as resp,
         pytest.raises(TooLarge, match=r"passed 1,048,576 bytes"),
     ):
         resp.read()
@@ -109,7 +109,7 @@ def test_an_endless_sse_line_stops_at_the_line_cap(hostile: tuple[str, Path]) ->
     body = {"model": "m", "messages": [], "stream": True}
     with (
         SyncHttp(limits=Limits(max_line=64 * 1024)) as http,
-        http.open("POST", f"{root}/line~a/v1/chat/completions", timeout=NEVER_S, json_body=body) as resp,
+        http.stream("POST", f"{root}/line~a/v1/chat/completions", timeout=NEVER_S, json_body=body) as resp,
         pytest.raises(TooLarge, match=r"a line of the stream passed 65,536 bytes"),
     ):
         list(resp.iter_lines())
@@ -120,7 +120,7 @@ def test_endless_events_stop_at_the_event_cap(hostile: tuple[str, Path]) -> None
     body = {"model": "m", "messages": [], "stream": True}
     with (
         SyncHttp(limits=Limits(max_events=1000)) as http,
-        http.open("POST", f"{root}/events~a/v1/chat/completions", timeout=NEVER_S, json_body=body) as resp,
+        http.stream("POST", f"{root}/events~a/v1/chat/completions", timeout=NEVER_S, json_body=body) as resp,
     ):
         lines = 0
         with pytest.raises(TooLarge, match=r"the stream passed 1,000 events"):
@@ -156,7 +156,7 @@ def test_a_redirect_is_refused_not_followed(hostile: tuple[str, Path]) -> None:
     with (
         SyncHttp() as http,
         pytest.raises(RedirectRefused) as err,
-        http.open("GET", f"{root}/redirect/v1/models", timeout=5.0),
+        http.stream("GET", f"{root}/redirect/v1/models", timeout=5.0),
     ):
         pass
     assert err.value.status == 302 and err.value.location == "/followed~redirect/v1/models"

@@ -512,7 +512,7 @@ class ApiClient:
         return body
 
     class _Opened:
-        """One request through the HTTP layer (`SyncHttp.open`), with this client's error mapping."""
+        """One request through the HTTP layer (`SyncHttp.stream`), with this client's error mapping."""
 
         def __init__(self, api: ApiClient, method: str, path: str, body: Any, timeout: float | None) -> None:
             self.api, self.method, self.path, self.body = api, method, path, body
@@ -530,7 +530,7 @@ class ApiClient:
         def __enter__(self) -> ApiClient._Opened:
             api = self.api
             log.debug("%s %s (timeout %.1f s)", self.method, self.url, self.total)
-            opened = api._http.open(
+            opened = api._http.stream(
                 self.method,
                 self.url,
                 timeout=self.total,

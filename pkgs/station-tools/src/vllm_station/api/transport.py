@@ -3,7 +3,7 @@
 Sync (httpx: smoke, wait-ready, probe, watchdog, gates, golive, pair, preflight) and async (aiohttp:
 bench's auxiliary calls; bench's measured requests use `bench.wire` with the limits below) get:
 
-* a TOTAL deadline per request, not per read: `SyncHttp.open(…, timeout=T)` ends the request T seconds
+* a TOTAL deadline per request, not per read: `SyncHttp.stream(…, timeout=T)` ends the request T seconds
   after it began, whatever the server does — a server dripping one byte every 0.5 s (in the status line,
   the headers or the body) is cut off at T. The deadline is enforced in the socket reads themselves (a
   network backend under httpcore that shortens every read, write and connect to the time left), so no
@@ -240,7 +240,7 @@ def _line_end(buf: bytes, start: int) -> tuple[int, int] | None:
 
 
 class SyncHttp:
-    """An httpx client under the layer's rules. `open()` is the one way to send a request."""
+    """An httpx client under the layer's rules. `stream()` is the one way to send a request."""
 
     def __init__(
         self,
@@ -271,7 +271,7 @@ class SyncHttp:
         self._client.close()
 
     @contextlib.contextmanager
-    def open(
+    def stream(
         self,
         method: str,
         url: str,
@@ -307,7 +307,7 @@ class SyncHttp:
 
     def fetch(self, method: str, url: str, *, timeout: float, limit: int | None = None) -> tuple[int, bytes]:
         """(status, body) of one request, the body at most `limit` bytes (else `TooLarge`)."""
-        with self.open(method, url, timeout=timeout) as resp:
+        with self.stream(method, url, timeout=timeout) as resp:
             return resp.status_code, resp.read(limit)
 
 

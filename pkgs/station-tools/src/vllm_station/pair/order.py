@@ -52,7 +52,7 @@ def ask_beacon(client: SyncHttp, url: str, timeout: float) -> Answer:
     answered."""
     status = 0
     try:
-        with client.open("GET", url, timeout=timeout) as response:
+        with client.stream("GET", url, timeout=timeout) as response:
             status = response.status_code
             body = response.read(MAX_ANSWER_BYTES)
     except RedirectRefused as err:

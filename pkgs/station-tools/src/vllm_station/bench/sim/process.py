@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -12,6 +11,7 @@ import threading
 import time
 from typing import Any
 
+from vllm_station import bounded
 from vllm_station.api.transport import SyncHttp
 
 
@@ -58,7 +58,7 @@ class SimProcess:
             status, body = http.fetch("GET", self.base_url + "/sim/stats", timeout=10)
         if status != 200:
             raise RuntimeError(f"GET /sim/stats: HTTP {status}")
-        data: dict[str, Any] = json.loads(body)
+        data: dict[str, Any] = bounded.loads_json(body)
         return data
 
     def reset(self) -> None:
