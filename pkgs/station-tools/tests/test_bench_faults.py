@@ -157,6 +157,12 @@ STREAMS: dict[str, tuple[Answer, str, str]] = {
     "bad-content-length": (RawReply(HEAD + b"Content-Length: 12abc\r\n\r\n"), "malformed", "Content-Length"),
     "endless-head": (RawReply(HEAD + b"X-Pad: " + b"a" * 100_000 + b"\r\n"), "malformed", "response head"),
     "choices-not-a-list": (SseReply([_chunk("a"), {"choices": "abc"}]), "malformed", "choice object"),
+    # a redirect is never followed: the measured request would land elsewhere
+    "redirect": (
+        RawReply(b"HTTP/1.1 302 Found\r\nLocation: /x\r\nContent-Length: 0\r\n\r\n"),
+        "redirect",
+        "not followed",
+    ),
     "delta-not-an-object": (
         SseReply([{"choices": [{"index": 0, "delta": "x"}]}]),
         "malformed",

@@ -59,6 +59,7 @@ from vllm_station.api import ApiClient, ApiError, ApiKeyError, ApiUnreachable
 from vllm_station.api.args import Endpoint, add_endpoint_args, endpoint_from_args
 from vllm_station.api.client import load_api_key, tls_context
 from vllm_station.api.errors import HttpStatusError
+from vllm_station.api.transport import SyncHttp
 from vllm_station.bench.scrape import parse_prometheus
 from vllm_station.errors import EXIT_OK, StationError, UsageError
 from vllm_station.polling import check_seconds
@@ -263,7 +264,7 @@ class Watchdog:
         self.api: ApiClient = endpoint.client(
             timeout=opts.probe_timeout_s, connect_timeout=min(5.0, opts.probe_timeout_s)
         )
-        self.http = httpx.Client(trust_env=False, verify=tls_context(endpoint.ca_file))
+        self.http = SyncHttp(verify=tls_context(endpoint.ca_file))
         self.model = opts.model
         self.previous: dict[str, float] | None = None
         self.streak = 0
@@ -314,11 +315,14 @@ class Watchdog:
 
     def _metrics(self) -> tuple[dict[str, float] | None, dict[str, float], str | None]:
         try:
-            resp = self.http.get(self.endpoint.root_url + "/metrics", timeout=self.opts.probe_timeout_s)
-            resp.raise_for_status()
+            status, body = self.http.fetch(
+                "GET", self.endpoint.root_url + "/metrics", timeout=self.opts.probe_timeout_s
+            )
         except httpx.HTTPError as err:
             return None, {}, f"GET /metrics: {type(err).__name__}: {err}".rstrip(": ")
-        values = parse_prometheus(resp.text)
+        if status != 200:
+            return None, {}, f"GET /metrics: HTTP {status}"
+        values = parse_prometheus(body.decode("utf-8", errors="replace"))
         signature = {k: values[k] for k in PROGRESS if k in values}
         shown = {k: values[v] for k, v in SHOWN.items() if v in values}
         if not signature:

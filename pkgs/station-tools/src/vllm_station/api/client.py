@@ -7,8 +7,10 @@
         collect_stream(api.chat_stream("m", messages, tools=[...], tool_choice="auto"))
         api.completion("m", "hi", max_tokens=1)        # POST /v1/completions
 
-Every call has an explicit timeout (`timeout` seconds for the whole request, connect capped at
-`connect_timeout`), and every failure is an `ApiError` subclass whose message names the request and
+Every call has an explicit timeout (`timeout` seconds for the whole request — a total deadline, not per
+read — connect capped at `connect_timeout`), a size cap on the body, on each event-stream line and on the
+event count, and refuses redirects: all of it from the one HTTP layer, `vllm_station.api.transport`.
+Every failure is an `ApiError` subclass whose message names the request and
 what happened. The API key is sent as `Authorization: Bearer …`, is never logged, and is masked in
 every error message (a server that echoes it back in an error body cannot leak it through us).
 Proxy settings from the environment are ignored (`trust_env=False`): the station's server is local.
@@ -44,6 +46,7 @@ from vllm_station.api.errors import (
 )
 from vllm_station.api.models import ChatChunk, ChatResult, ModelInfo, ToolCall, ToolCallDelta, Usage
 from vllm_station.api.sse import excerpt, iter_sse_events
+from vllm_station.api.transport import RedirectRefused, Response, SyncHttp, TooLarge
 from vllm_station.errors import UsageError
 from vllm_station.redact import MIN_SECRET_LEN, redact, register
 
@@ -239,12 +242,10 @@ class ApiClient:
         register(self._key)
         netloc = urlsplit(self.root_url).netloc
         self._userinfo = netloc.rpartition("@")[0] + "@" if "@" in netloc else ""
-        headers = {"Accept": "application/json", "User-Agent": "vllm-station"}
+        headers = {"Accept": "application/json"}
         if self._key:
             headers["Authorization"] = f"Bearer {self._key}"
-        self._http = httpx.Client(
-            headers=headers, trust_env=False, transport=transport, verify=tls_context(ca_file)
-        )
+        self._http = SyncHttp(headers=headers, verify=tls_context(ca_file), transport=transport)
 
     def __repr__(self) -> str:  # never the key
         return f"ApiClient({self.root_url!r}, api_key={'set' if self._key else None}, timeout={self.timeout})"
@@ -511,55 +512,49 @@ class ApiClient:
         return body
 
     class _Opened:
-        """Context manager around `httpx.Client.send(stream=True)` with error mapping."""
+        """One request through the HTTP layer (`SyncHttp.stream`), with this client's error mapping."""
 
         def __init__(self, api: ApiClient, method: str, path: str, body: Any, timeout: float | None) -> None:
             self.api, self.method, self.path, self.body = api, method, path, body
             self.total = api.timeout if timeout is None else float(timeout)
             self.url = api._url(path)
             self.where = f"{method} {path}"
-            self.deadline = 0.0
-            self._resp: httpx.Response | None = None
+            self._stack = contextlib.ExitStack()
+            self._resp: Response | None = None
 
         @property
-        def resp(self) -> httpx.Response:
+        def resp(self) -> Response:
             assert self._resp is not None, "use inside `with`"
             return self._resp
 
         def __enter__(self) -> ApiClient._Opened:
             api = self.api
-            t = httpx.Timeout(self.total, connect=min(self.total, api.connect_timeout))
-            self.deadline = time.monotonic() + self.total
             log.debug("%s %s (timeout %.1f s)", self.method, self.url, self.total)
-            req = api._http.build_request(
-                self.method, self.url, json=self.body if self.body is not None else None, timeout=t
+            opened = api._http.stream(
+                self.method,
+                self.url,
+                timeout=self.total,
+                connect_timeout=api.connect_timeout,
+                json_body=self.body,
             )
             try:
-                self._resp = api._http.send(req, stream=True)
+                self._resp = self._stack.enter_context(opened)
             except httpx.HTTPError as exc:
                 raise api._transport_error(exc, self.where, self.url, self.total) from None
             log.debug("%s %s -> HTTP %d", self.method, self.url, self._resp.status_code)
             return self
 
         def read_text(self) -> str:
-            """The whole body, within the deadline."""
-            chunks: list[bytes] = []
+            """The whole body, within the deadline and the body cap."""
             try:
-                for chunk in self.resp.iter_bytes():
-                    chunks.append(chunk)
-                    if time.monotonic() > self.deadline:
-                        raise httpx.ReadTimeout("total deadline")
+                return self.resp.text()
             except httpx.HTTPError as exc:
                 raise self.api._transport_error(exc, self.where, self.url, self.total) from None
-            return b"".join(chunks).decode(self.resp.encoding or "utf-8", errors="replace")
 
         def lines(self) -> Iterator[str]:
-            """The body's lines (for event streams), within the deadline."""
+            """The body's lines (for event streams), within the deadline and the line and event caps."""
             try:
-                for line in self.resp.iter_lines():
-                    if time.monotonic() > self.deadline:
-                        raise httpx.ReadTimeout("total deadline")
-                    yield line
+                yield from self.resp.iter_lines()
             except httpx.RemoteProtocolError as exc:
                 raise StreamError(
                     self.api._redact(
@@ -573,10 +568,9 @@ class ApiClient:
         def __exit__(
             self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
         ) -> None:
-            if self._resp is not None:
-                # closing a broken stream may fail again; the first failure is the one reported
-                with contextlib.suppress(httpx.HTTPError):
-                    self._resp.close()
+            # closing a broken stream may fail again; the first failure is the one reported
+            with contextlib.suppress(httpx.HTTPError):
+                self._stack.close()
 
     def _open(self, method: str, path: str, body: Any, timeout: float | None) -> ApiClient._Opened:
         return ApiClient._Opened(self, method, path, body, timeout)
@@ -584,6 +578,12 @@ class ApiClient:
     def _transport_error(self, exc: httpx.HTTPError, where: str, url: str, total: float) -> ApiError:
         root = _root_cause(exc)
         at = f"{where} at {url}"
+        if isinstance(exc, RedirectRefused):
+            return HttpStatusError(
+                self._redact(f"{at}: {exc}"), url=url, status=exc.status, body=self._redact(exc.location)
+            )
+        if isinstance(exc, TooLarge):
+            return ProtocolError(self._redact(f"{at}: {exc} (a misbehaving server?)"), url=url)
         if isinstance(exc, httpx.ConnectTimeout):
             msg = (
                 f"{at}: no connection within {min(total, self.connect_timeout):g} s (connect timeout) "

@@ -4,7 +4,9 @@ Hot path: `wire.WireClient` (an asyncio.Protocol per keep-alive connection; see 
 aiohttp there). Before every measured phase the client opens as many connections as the concurrency
 (`warm()`), so no TCP handshake lands inside a measured TTFT. Per network read the event loop does one
 `perf_counter()`, one `list.append` and a few slices of HTTP framing; SSE and JSON are parsed after the
-batch (parse.py). Auxiliary calls (/v1/models, /tokenize, /metrics) use aiohttp with explicit timeouts.
+batch (parse.py). Auxiliary calls (/v1/models, /tokenize, /metrics) go through the HTTP layer's aiohttp
+session (`api.transport.AsyncHttp`): a total timeout per call, bodies read up to a limit, redirects never
+followed.
 """
 
 from __future__ import annotations
@@ -12,42 +14,25 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 
 from vllm_station import bounded
 from vllm_station.api.client import tls_context
+from vllm_station.api.transport import (
+    BASE_HEADERS,
+    MAX_BODY,
+    AsyncHttp,
+    Fetched,
+    is_redirect,
+    redirect_message,
+)
 from vllm_station.bench.wire import RawResult, WireClient
 
 __all__ = ["BenchClient", "Fetched", "RawResult", "run_burst", "run_closed_loop"]
 
-AUX_MAX_BYTES = 64 * 1024 * 1024  # /tokenize of a 4M-token prompt is ~30 MB; /metrics is a few hundred KB
-
-
-@dataclass
-class Fetched:
-    """An auxiliary answer, read up to a limit (`truncated`: there was more)."""
-
-    status: int
-    reason: str
-    content_type: str
-    retry_after: str | None
-    body: bytes
-    truncated: bool
-
-
-async def _read_limited(resp: aiohttp.ClientResponse, limit: int) -> tuple[bytes, bool]:
-    data = await resp.content.read(limit + 1) if limit >= 0 else b""
-    chunks = [data]
-    total = len(data)
-    while data and total <= limit:  # read() may return less than asked before the end
-        data = await resp.content.read(limit + 1 - total)
-        chunks.append(data)
-        total += len(data)
-    body = b"".join(chunks)
-    return body[:limit], len(body) > limit
+AUX_MAX_BYTES = MAX_BODY  # /tokenize of a 4M-token prompt is ~30 MB; /metrics is a few hundred KB
 
 
 class BenchClient:
@@ -67,31 +52,28 @@ class BenchClient:
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self.limit = max_concurrency + 16
-        headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+        headers = {**BASE_HEADERS, "Content-Type": "application/json", "Accept": "text/event-stream"}
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
         self.headers = headers
         self.tls = tls_context(ca_file) if self.base_url.startswith("https:") else None
         self.wire = WireClient(self.base_url, path, headers, timeout, max_body=max_body, tls=self.tls)
-        self._session: aiohttp.ClientSession | None = None
+        self._http: AsyncHttp | None = None
 
     async def __aenter__(self) -> BenchClient:
-        connector = aiohttp.TCPConnector(
-            limit=self.limit, limit_per_host=self.limit, ssl=self.tls if self.tls is not None else True
-        )
-        self._session = aiohttp.ClientSession(connector=connector, headers=self.headers)
+        self._http = AsyncHttp(headers=self.headers, tls=self.tls, max_connections=self.limit)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         self.wire.close()
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
 
     @property
-    def session(self) -> aiohttp.ClientSession:
-        assert self._session is not None, "use BenchClient as an async context manager"
-        return self._session
+    def http(self) -> AsyncHttp:
+        assert self._http is not None, "use BenchClient as an async context manager"
+        return self._http
 
     def encode(self, body: bytes) -> bytes:
         return self.wire.encode(body)
@@ -104,39 +86,25 @@ class BenchClient:
 
     async def get_bytes(self, path: str, timeout: float = 10.0, limit: int = AUX_MAX_BYTES) -> Fetched:
         """GET `path`: status, headers and at most `limit` bytes of the body; raises only for transport
-        failures (aiohttp.ClientError, TimeoutError)."""
-        async with self.session.get(
-            self.base_url + path, timeout=aiohttp.ClientTimeout(total=timeout)
-        ) as resp:
-            body, truncated = await _read_limited(resp, limit)
-            return Fetched(
-                status=resp.status,
-                reason=resp.reason or "",
-                content_type=resp.headers.get("Content-Type", ""),
-                retry_after=resp.headers.get("Retry-After"),
-                body=body,
-                truncated=truncated,
-            )
+        failures (aiohttp.ClientError, TimeoutError). A redirect comes back as it is, not followed."""
+        return await self.http.fetch("GET", self.base_url + path, timeout=timeout, limit=limit)
 
     async def post_json(self, path: str, payload: dict[str, Any], timeout: float = 60.0) -> tuple[int, Any]:
         """POST JSON; (status, the decoded answer) — None for an answer that is not 200, not JSON or
         larger than `AUX_MAX_BYTES`."""
-        async with self.session.post(
-            self.base_url + path, json=payload, timeout=aiohttp.ClientTimeout(total=timeout)
-        ) as resp:
-            if resp.status != 200:
-                return resp.status, None
-            body, truncated = await _read_limited(resp, AUX_MAX_BYTES)
-        if truncated:
-            return resp.status, None
+        got = await self.http.fetch("POST", self.base_url + path, json_body=payload, timeout=timeout)
+        if got.status != 200 or got.truncated:
+            return got.status, None
         try:
-            return resp.status, bounded.loads_json(body)
+            return got.status, bounded.loads_json(got.body)
         except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
-            return resp.status, None
+            return got.status, None
 
     async def get_text(self, path: str, timeout: float = 10.0) -> str:
         """GET `path` as text (at most `AUX_MAX_BYTES`); a status other than 200 raises."""
         got = await self.get_bytes(path, timeout)
+        if is_redirect(got.status):
+            raise aiohttp.ClientError(f"{path}: {redirect_message(got.status, got.location)}")
         if got.status != 200 or got.truncated:
             raise aiohttp.ClientError(
                 f"{path}: HTTP {got.status}" + (" (too large)" if got.truncated else "")

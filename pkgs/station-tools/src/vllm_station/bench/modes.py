@@ -30,6 +30,7 @@ import aiohttp
 from vllm_station import argtypes, bounded
 from vllm_station.api.client import STATUS_HINTS
 from vllm_station.api.sse import excerpt
+from vllm_station.api.transport import is_redirect, redirect_message
 from vllm_station.bench import expect as expect_mod
 from vllm_station.bench import prompts
 from vllm_station.bench.client import BenchClient, RawResult, run_burst, run_closed_loop
@@ -197,13 +198,16 @@ async def _discover_model(client: BenchClient) -> str:
     what came back; only a server that cannot be reached at all is `Unreachable` (exit 3)."""
     url = f"{client.base_url}/v1/models"
     try:
-        got = await client.get_bytes("/v1/models", timeout=15.0, limit=MODELS_MAX_BYTES)
+        got = await client.get_bytes("/v1/models", timeout=min(15.0, client.timeout), limit=MODELS_MAX_BYTES)
     except aiohttp.ClientConnectorError as err:
         raise Unreachable(f"{client.base_url}: cannot connect ({err.os_error}); is the server up?") from None
     except (aiohttp.ClientError, TimeoutError) as err:
         raise Unreachable(
             f"{url} failed: {excerpt(str(err) or type(err).__name__, 200)}; pass --model to skip discovery"
         ) from None
+    if is_redirect(got.status):  # never followed: the measured requests would go elsewhere
+        where = got.location and excerpt(got.location, 200)
+        raise StationError(f"{url}: {redirect_message(got.status, where)}")
     if got.status != 200:  # it answered: not unreachable (a 401 is the key, a 429 the rate)
         hint = STATUS_HINTS.get(got.status) or (RATE_HINT if got.status == 429 else "")
         if got.status == 429 and got.retry_after:

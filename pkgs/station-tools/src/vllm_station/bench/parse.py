@@ -51,6 +51,7 @@ FAILURE_KINDS = (
     "connect",  # refused / reset before an answer
     "timeout",  # no complete answer within --timeout
     "http_4xx",
+    "redirect",  # a 3xx answer: redirects are never followed
     "http_5xx",
     "truncated",  # stream cut off, or ended without data: [DONE]
     "stream_error",  # an SSE {"error": …} event

@@ -19,6 +19,8 @@ import time
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from vllm_station.api.transport import MAX_BODY, is_redirect, redirect_message
+
 _HEAD_END = b"\r\n\r\n"
 MAX_HEAD = 64 * 1024  # response status line + headers
 MAX_LINE = 4096  # a chunk-size or trailer line
@@ -37,7 +39,7 @@ class RawResult:
     status: int = 0
     chunks: list[tuple[float, bytes]] = field(default_factory=list)
     error_kind: str | None = (
-        None  # transport-level: connect, timeout, truncated, oversize, http_4xx, http_5xx
+        None  # transport-level: connect, timeout, truncated, oversize, redirect, http_4xx, http_5xx
     )
     error: str = ""
     size: int = 0  # body bytes received
@@ -244,7 +246,7 @@ class WireClient:
         tls: ssl.SSLContext | bool | None = None,
     ) -> None:
         u = urlsplit(base_url)
-        self.max_body = max_body
+        self.max_body = MAX_BODY if max_body is None else min(max_body, MAX_BODY)
         self.host = u.hostname or "127.0.0.1"
         self.tls = u.scheme == "https"
         self.port = u.port or (443 if self.tls else 80)
@@ -266,7 +268,7 @@ class WireClient:
     async def _connect(self) -> _Conn:
         loop = asyncio.get_running_loop()
         _, proto = await loop.create_connection(
-            lambda: _Conn(self.max_body),
+            lambda: _Conn(self.max_body),  # the HTTP layer's body cap at most
             self.host,
             self.port,
             ssl=self.ssl,
@@ -324,7 +326,9 @@ class WireClient:
                 continue
             break
         assert conn is not None
-        if res.error_kind is None and res.status != 200:
+        if res.error_kind is None and is_redirect(res.status):
+            res.error_kind, res.error = "redirect", redirect_message(res.status, None)
+        elif res.error_kind is None and res.status != 200:
             res.error_kind = "http_5xx" if res.status >= 500 else "http_4xx"
             res.error = f"HTTP {res.status}"
         if conn.keep_alive and not conn.closed and res.error_kind is None:

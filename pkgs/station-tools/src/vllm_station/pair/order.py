@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 
 from vllm_station import bounded
+from vllm_station.api.transport import RedirectRefused, SyncHttp, TooLarge
 from vllm_station.errors import EXIT_FAIL, EXIT_OK, EXIT_UNREACHABLE, UsageError
 from vllm_station.net import bare_host, tcp_probe
 from vllm_station.polling import Tick, poll
@@ -46,21 +47,23 @@ class Answer:
     what: str  # for operators: "rank 1", "connection refused", "HTTP 404 …", "a head's beacon …"
 
 
-def ask_beacon(client: httpx.Client, url: str, timeout: float) -> Answer:
-    """GET `url` once, reading at most MAX_ANSWER_BYTES, and say what answered."""
+def ask_beacon(client: SyncHttp, url: str, timeout: float) -> Answer:
+    """GET `url` once, within `timeout` seconds in all, reading at most MAX_ANSWER_BYTES, and say what
+    answered."""
+    status = 0
     try:
-        with client.stream("GET", url, timeout=httpx.Timeout(timeout)) as response:
-            body = b""
-            for chunk in response.iter_bytes():
-                body += chunk
-                if len(body) > MAX_ANSWER_BYTES:
-                    return Answer(False, True, f"HTTP {response.status_code} with an answer over 64 KiB")
+        with client.stream("GET", url, timeout=timeout) as response:
             status = response.status_code
+            body = response.read(MAX_ANSWER_BYTES)
+    except RedirectRefused as err:
+        return Answer(False, True, str(err))
+    except TooLarge:
+        return Answer(False, True, f"HTTP {status} with an answer over 64 KiB")
     except (httpx.ConnectError, httpx.ConnectTimeout) as err:
         return Answer(False, False, f"nothing answered: {_reason(err)}")
     except httpx.TimeoutException:
         return Answer(
-            False, True, f"something accepted the connection but sent no answer within {timeout:g} s"
+            False, True, f"something accepted the connection but sent no complete answer within {timeout:g} s"
         )
     except httpx.HTTPError as err:
         return Answer(False, True, f"something answered, not in HTTP ({_reason(err)})")
@@ -120,7 +123,7 @@ def wait_worker(
 
     say(f"waiting up to {timeout_s:g} s for the worker {worker} ({url})")
     # No proxy from the environment: the beacon is on the rail, next to us.
-    with httpx.Client(trust_env=False, follow_redirects=False) as client:
+    with SyncHttp() as client:
         polled = poll(
             probe, timeout_s=timeout_s, interval_s=interval_s, progress=progress, clock=clock, sleep=sleep
         )

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import errno
 import ipaddress
-import json
 import re
 import resource
 import socket
@@ -36,6 +35,7 @@ from urllib.parse import urlparse
 import httpx
 
 from vllm_station import bounded
+from vllm_station.api.transport import SyncHttp
 from vllm_station.checkpoint.stamp import STAMP_NAME, Stamp, StampError, StampMissing, read_stamp
 from vllm_station.host.nvml import GpuProcess, NvmlUnavailable
 from vllm_station.preflight.checks import nvml_report
@@ -570,19 +570,21 @@ def fetch_peer_stamp(ctx: Context, source: str, timeout: float = PEER_STAMP_TIME
     parsed = urlparse(source)
     if parsed.scheme in ("http", "https"):
         try:
-            response = httpx.get(source, timeout=timeout, follow_redirects=False)
+            with SyncHttp() as http:
+                status, body = http.fetch("GET", source, timeout=timeout, limit=bounded.CONFIG_LIMIT)
         except httpx.TimeoutException as err:
             raise PeerUnreachable(f"{source} did not answer within {timeout:g} s") from err
         except httpx.TransportError as err:
             raise PeerUnreachable(f"cannot reach {source}: {err}") from err
-        except httpx.HTTPError as err:
+        except httpx.HTTPError as err:  # also a redirect (not followed) and an answer over the limit
             raise ValueError(f"cannot fetch {source}: {err}") from err
-        if response.status_code != 200:
-            raise ValueError(f"{source} answered HTTP {response.status_code}: {response.text[:120]!r}")
+        text = body.decode("utf-8", errors="replace")
+        if status != 200:
+            raise ValueError(f"{source} answered HTTP {status}: {text[:120]!r}")
         try:
-            data = bounded.loads_json(response.text)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{source} did not return JSON: {response.text[:80]!r}") from err
+            data = bounded.loads_json(body)
+        except ValueError as err:  # not UTF-8, not JSON, or nested too deep
+            raise ValueError(f"{source} did not return JSON: {text[:80]!r}") from err
         return _check_stamp(data, source)
     if parsed.scheme == "file":
         path = ctx.host_path(parsed.path)

@@ -11,7 +11,8 @@ import threading
 import time
 from typing import Any
 
-import httpx
+from vllm_station import bounded
+from vllm_station.api.transport import SyncHttp
 
 
 class SimProcess:
@@ -53,13 +54,18 @@ class SimProcess:
                     self.log.append(raw.decode(errors="replace"))
 
     def stats(self) -> dict[str, Any]:
-        resp = httpx.get(self.base_url + "/sim/stats", timeout=10, trust_env=False)
-        resp.raise_for_status()
-        data: dict[str, Any] = resp.json()
+        with SyncHttp() as http:
+            status, body = http.fetch("GET", self.base_url + "/sim/stats", timeout=10)
+        if status != 200:
+            raise RuntimeError(f"GET /sim/stats: HTTP {status}")
+        data: dict[str, Any] = bounded.loads_json(body)
         return data
 
     def reset(self) -> None:
-        httpx.post(self.base_url + "/sim/reset", timeout=10, trust_env=False).raise_for_status()
+        with SyncHttp() as http:
+            status, _ = http.fetch("POST", self.base_url + "/sim/reset", timeout=10)
+        if status != 200:
+            raise RuntimeError(f"POST /sim/reset: HTTP {status}")
 
     def __exit__(self, *exc: object) -> None:
         if self.proc is None:
