@@ -60,6 +60,8 @@ CLOSED_STDOUT: dict[str, list[list[str]]] = {
     "gateway": [["gateway", "--help"]],
     "gates": [["gates", "list"], ["gates", "--help"]],
     "golive": [["golive", "--help"]],
+    "revisions": [["revisions", "--help"], ["revisions", "list", "--help"]],
+    "secrets": [["secrets", "--help"], ["secrets", "check", "--help"]],
 }
 
 

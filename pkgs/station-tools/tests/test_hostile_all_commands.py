@@ -246,11 +246,6 @@ PARSERS = {path: parser for path, parser in COMMANDS}
 # Cases that another layer of the same work fixes, each with what is wrong. Strict: once fixed there, the
 # unexpected pass fails here, and the entry goes.
 OTHER_LAYER = {
-    ("bench", "echo"): "output layer: saved responses keep the key percent-encoded",
-    ("gates tools", "echo"): "output layer: gates --output is written without redaction",
-    ("gates agent", "echo"): "output layer: gates --output is written without redaction",
-    ("gates needle", "echo"): "output layer: gates --output is written without redaction",
-    ("golive", "echo"): "output layer: golive.json/golive.html are written without redaction",
     # max_model_len 10**12 is clamped to 16,777,216 tokens, but prompts that long still pass the RSS cap
     (
         "gates needle",

@@ -62,7 +62,7 @@ def empty_report(d: Path, problem: str, **over: Any) -> dict[str, Any]:
         "ok": False, "dir": str(d), "repo": "org/model", "revision": REV_A, "architectures": [],
         "quant_algo": None, "shards": 0, "tensors": 0, "total_bytes": 0, "sha256_checked": False,
         "stamp": None, "membind": None, "problems": [{"path": str(d), "problem": problem}], "warnings": [],
-        "files": [], "stamp_left": None,
+        "files": [], "stamp_left": None, "partial": False,
     }  # fmt: skip
     return base | over
 
@@ -149,6 +149,7 @@ def test_a_good_checkpoint_reports_everything_and_stamps(ckpt: Path) -> None:
         "tensors": 12,
         "total_bytes": sum(sizes.values()), "sha256_checked": False, "stamp": str(ckpt / STAMP_NAME),
         "membind": None, "problems": [], "warnings": [], "files": None, "stamp_left": None,
+        "partial": False,
     }  # fmt: skip
     assert report.files == [FileEntry(name, size) for name, size in sorted(sizes.items())]
     assert seconds_ok(report)
@@ -182,7 +183,12 @@ def test_a_stamp_that_cannot_be_written_fails_the_run(ckpt: Path) -> None:
 
     report = verify_checkpoint(ckpt, sha256=True, hash_workers=1, on_progress=take_the_stamps_place)
     assert report.ok is False and report.stamp is None
-    assert report.problems == [Problem(STAMP_NAME, "cannot write the stamp: Is a directory")]
+    assert report.problems == [
+        Problem(
+            STAMP_NAME,
+            f"cannot write the stamp: the file {ckpt / STAMP_NAME}: is a directory; it is not replaced",
+        )
+    ]
     assert seconds_ok(report)
 
 

@@ -65,7 +65,7 @@ def read_manifest(path: Path) -> dict[str, list[Secret]]:
     except OSError as exc:
         raise UsageError(f"cannot read the secrets manifest {path}: {exc.strerror or exc}") from exc
     try:
-        data: Any = json.loads(text)
+        data: Any = bounded.loads_json(text)
     except ValueError as exc:
         raise UsageError(f"the secrets manifest {path} is not JSON: {exc}") from None
     units = data.get("units") if isinstance(data, dict) else None

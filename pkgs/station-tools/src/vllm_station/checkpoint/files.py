@@ -49,4 +49,4 @@ def load_json(path: Path) -> Any:
 def write_json_atomic(path: Path, obj: Any) -> None:
     """Write JSON to a temporary file beside `path`, fsync it, then rename it over `path` (through
     `vllm_station.output`: an existing `path` that is not a regular file is refused). Raises OSError."""
-    output.replace_text(path, json.dumps(obj, indent=2) + "\n", option=path.name, fsync=True)
+    output.replace_text(path, json.dumps(obj, indent=2) + "\n", option="the file", fsync=True)
