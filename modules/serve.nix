@@ -841,7 +841,7 @@ in
       type = types.ints.unsigned;
       default =
         if cfg.maxOutputTokens != null then
-          builtins.ceil (cfg.maxOutputTokens / cfg.stopDecodeRate)
+          builtins.ceil (cfg.maxOutputTokens * 1.0 / cfg.stopDecodeRate) # 1.0: never integer division
         else
           600;
       defaultText = literalExpression "if maxOutputTokens != null then ceil (maxOutputTokens / stopDecodeRate) else 600";
