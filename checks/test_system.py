@@ -446,4 +446,4 @@ def test_stop_uses_the_runtime_stop_path_and_leaves_no_running_container(
     assert exit_code == "0", (
         "the engine got SIGTERM and exited by itself (137 would be the timeout's SIGKILL)"
     )
-    assert '"stop" "-t" "60" "vllm-station"' in st.unit()
+    assert '"stop" "-t" "620" "vllm-station"' in st.unit()  # shutdownTimeout 590 + 30

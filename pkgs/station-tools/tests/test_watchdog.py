@@ -514,6 +514,37 @@ def test_cli_says_once_that_the_start_limit_refused_the_unit(
     assert not any(c.startswith("restart") for c in (tmp_path / "calls").read_text().splitlines())
 
 
+@pytest.mark.parametrize(
+    ("show", "hit"),
+    [
+        # systemd 252 refusing its own restart after a crash loop keeps the crash's Result (measured by
+        # checks/test_system_monitoring.py: failed / signal / NRestarts=2)
+        ("ActiveState=failed;SubState=failed;Result=signal;NRestarts=2", True),
+        ("ActiveState=failed;SubState=failed;Result=exit-code;NRestarts=1", True),
+        ("ActiveState=failed;SubState=failed;Result=start-limit-hit;NRestarts=0", True),
+        # failed without any restart: another failure, not the start limit
+        ("ActiveState=failed;SubState=failed;Result=exit-code;NRestarts=0", False),
+        # restarting, not given up
+        ("ActiveState=activating;SubState=auto-restart;Result=signal;NRestarts=2", False),
+    ],
+)
+def test_the_start_limit_as_systemd_252_reports_it(
+    insim: object, tmp_path: Path, station: Callable[..., Any], show: str, hit: bool
+) -> None:
+    sim: SimServer = insim()  # type: ignore[operator]
+    systemctl = _fake_systemctl(tmp_path, show)
+    out = station(
+        "--base-url", sim.base_url, "--unit", "vllm-station.service", "--systemctl", str(systemctl),
+        "--interval", "0.2", "--probe-timeout", "0.2", "--cycles", "2", "--textfile-dir", str(tmp_path),
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    exported = textfile.read(tmp_path / watchdog.TEXTFILE)
+    assert exported["station_watchdog_unit_start_limit_hit"] == (1 if hit else 0), out.stderr
+    assert ("failed by its start limit" in out.stderr) == hit, out.stderr
+    if hit and "NRestarts=0" not in show:
+        assert "automatic restarts, Result=" in out.stderr
+
+
 def test_cli_bad_arguments_exit_2(station: Callable[..., Any]) -> None:
     out = station(
         "--base-url", "http://127.0.0.1:1", "--interval", "1", "--probe-timeout", "5", "--cycles", "1"

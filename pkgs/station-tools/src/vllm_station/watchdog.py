@@ -123,7 +123,14 @@ class UnitState:
 
     @property
     def start_limit_hit(self) -> bool:
-        return self.active == "failed" and self.result == "start-limit-hit"
+        """systemd gave up restarting the unit. `Result=start-limit-hit` when an explicit start (the
+        watchdog's restart, an operator's) was refused; when systemd refuses its own automatic restart
+        after a crash, systemd 252 keeps the crash's Result (`signal`, `exit-code`: measured by
+        checks/test_system_monitoring.py), so a failed unit that systemd had restarted counts too: a
+        Restart=always unit is left failed only once its restarts are refused."""
+        if self.active != "failed":
+            return False
+        return self.result == "start-limit-hit" or self.n_restarts > 0
 
 
 @dataclass
@@ -338,8 +345,13 @@ class Watchdog:
         unit = look.unit
         if unit is not None and unit.start_limit_hit:
             if not self.limit_said:
+                how = (
+                    "start-limit-hit"
+                    if unit.result == "start-limit-hit"
+                    else f"after {unit.n_restarts} automatic restarts, Result={unit.result}"
+                )
                 self.say(
-                    f"{self.opts.unit} failed by its start limit (start-limit-hit): systemd refuses further "
+                    f"{self.opts.unit} failed by its start limit ({how}): systemd refuses further "
                     "starts within the hour, the watchdog's included; fix the cause (journalctl -u "
                     f"{self.opts.unit}), then systemctl reset-failed {self.opts.unit}"
                 )
@@ -410,7 +422,7 @@ class Watchdog:
         if look.unit is not None:
             fams.append(
                 F.one("station_watchdog_unit_start_limit_hit",
-                      "1 when the serving unit failed by its start limit (start-limit-hit)",
+                      "1 when the serving unit failed by its start limit (start-limit-hit, or failed after restarts)",
                       1.0 if look.unit.start_limit_hit else 0.0)
             )  # fmt: skip
         return fams
