@@ -518,8 +518,8 @@ def test_cli_says_once_that_the_start_limit_refused_the_unit(
     ("show", "hit"),
     [
         # systemd 252 refusing its own restart after a crash loop keeps the crash's Result (measured by
-        # checks/test_system_monitoring.py: failed / signal / NRestarts=2)
-        ("ActiveState=failed;SubState=failed;Result=signal;NRestarts=2", True),
+        # checks/test_system_monitoring.py: failed / signal / NRestarts=3)
+        ("ActiveState=failed;SubState=failed;Result=signal;NRestarts=3", True),
         ("ActiveState=failed;SubState=failed;Result=exit-code;NRestarts=1", True),
         ("ActiveState=failed;SubState=failed;Result=start-limit-hit;NRestarts=0", True),
         # failed without any restart: another failure, not the start limit
