@@ -422,7 +422,8 @@ class Watchdog:
         if look.unit is not None:
             fams.append(
                 F.one("station_watchdog_unit_start_limit_hit",
-                      "1 when the serving unit failed by its start limit (start-limit-hit, or failed after restarts)",
+                      "1 when the serving unit failed by its start limit "
+                      "(start-limit-hit, or failed after restarts)",
                       1.0 if look.unit.start_limit_hit else 0.0)
             )  # fmt: skip
         return fams
