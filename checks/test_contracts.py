@@ -4,7 +4,9 @@ what Nix renders through the Python reader (a key renamed on one side fails here
 - /etc/vllm-station/preflight.json of every example → `PreflightConfig` (strict: every key required,
   unknown keys refused);
 - the stamp's file name: modules/lib/contract.nix ↔ `vllm_station.checkpoint.STAMP_NAME`;
-- the preflight config's path: the contract ↔ the path the modules pass to `station preflight`.
+- the preflight config's path: the contract ↔ the path the modules pass to `station preflight`;
+- the drain flags (`station drain`, tested by the gateway's and the listener's nginx): the contract ↔
+  `vllm_station.drainflag`.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 import pytest
 from nixenv import REPO, eval_json, require_nix, require_tree
+from vllm_station import drainflag
 from vllm_station.checkpoint import STAMP_NAME
 from vllm_station.preflight.core import PreflightConfig
 
@@ -36,6 +39,13 @@ def _rendered() -> dict[str, Any]:
 
 def test_stamp_name_is_one_name_on_both_sides() -> None:
     assert _rendered()["stampName"] == STAMP_NAME
+
+
+def test_drain_flags_are_one_path_on_both_sides(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(drainflag.DIR_ENV, raising=False)
+    monkeypatch.delenv(drainflag.STOPPING_ENV, raising=False)
+    assert _rendered()["drainFlag"] == str(drainflag.drain_flag())
+    assert _rendered()["stoppingFlag"] == str(drainflag.stopping_flag())
 
 
 @pytest.mark.parametrize("example", EXAMPLES)

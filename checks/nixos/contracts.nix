@@ -28,7 +28,13 @@ let
     };
 in
 {
-  inherit (contract) stampName preflightConfig pairEnvFile;
+  inherit (contract)
+    stampName
+    preflightConfig
+    pairEnvFile
+    drainFlag
+    stoppingFlag
+    ;
   # The vLLM release the presets' flags were checked against.
   checkedWith = import ../../modules/presets/checked-with.nix;
   examples = lib.mapAttrs artifacts examples;
