@@ -1,9 +1,9 @@
-"""Tier `realvllm`: what vLLM 0.32 does on SIGTERM with `--shutdown-timeout` (the flag services.vllm-station.serve
-renders from `shutdownTimeout`), measured on the real CPU build: the streams running at the SIGTERM finish
-with every token, and the process exits after them, well within the timeout and the 30 s the unit leaves
-above it before the runtime's SIGKILL. New requests after the SIGTERM are not served: they get an error
-(vLLM 0.32 answers 500, not a clean 503), which is why the serving unit drains the gateway first
-(docs/serve.md, "The stop sequence"). Figures are printed as `shutdown figure:`.
+"""Tier `realvllm`: what vLLM 0.32 does on SIGTERM with `--shutdown-timeout` (the flag
+services.vllm-station.serve renders from `shutdownTimeout`), measured on the real CPU build: the streams
+running at the SIGTERM finish with every token, and the process exits after them, within the timeout and
+the 30 s the unit leaves above it before the runtime's SIGKILL. New requests after the SIGTERM are not
+served: they get an error (vLLM 0.32 answers 500, not a clean 503), which is why the serving unit drains
+the gateway first (docs/serve.md, "The stop sequence"). Figures are printed as `shutdown figure:`.
 """
 
 from __future__ import annotations
