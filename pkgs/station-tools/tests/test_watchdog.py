@@ -496,6 +496,35 @@ def test_cli_restarts_the_unit_through_systemctl_and_exports(
     assert exported["station_watchdog_restarts_total"] == 1
 
 
+def test_a_wedge_restart_kills_the_container_after_asking_systemd(
+    insim: object, tmp_path: Path, station: Callable[..., Any]
+) -> None:
+    """The unit's stop waits up to vLLM's --shutdown-timeout for requests to finish; a wedged engine
+    finishes none. With --runtime/--container the watchdog asks systemd for the restart, then kills the
+    container, in that order (both programs stand-ins that record their calls in one file)."""
+    sim: SimServer = insim(engine="wedge")  # type: ignore[operator]
+    systemctl = _fake_systemctl(tmp_path, "ActiveState=active;SubState=running;Result=success;NRestarts=0")
+    runtime = tmp_path / "docker"
+    runtime.write_text(f'#!/bin/sh\necho "docker $@" >> {tmp_path / "calls"}\n')
+    runtime.chmod(runtime.stat().st_mode | stat.S_IEXEC)
+    out = station(
+        "--base-url", sim.base_url, "--unit", "vllm-station.service", "--systemctl", str(systemctl),
+        "--runtime", str(runtime), "--container", "vllm-station",
+        "--interval", "0.5", "--probe-timeout", "0.4", "--wedge-verdicts", "2", "--cycles", "3",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    calls = [c for c in (tmp_path / "calls").read_text().splitlines() if not c.startswith("show")]
+    assert calls == ["restart --no-block vllm-station.service", "docker kill vllm-station"], calls
+    assert f"then {runtime} kill vllm-station (a wedged engine has nothing to drain)" in out.stderr
+
+
+def test_runtime_without_container_is_a_usage_error(station: Callable[..., Any]) -> None:
+    out = station(
+        "--base-url", "http://127.0.0.1:1", "--unit", "u", "--runtime", "/bin/true", "--cycles", "1"
+    )  # fmt: skip
+    assert out.returncode == 2 and "--runtime and --container go together" in out.stderr
+
+
 def test_cli_says_once_that_the_start_limit_refused_the_unit(
     insim: object, tmp_path: Path, station: Callable[..., Any]
 ) -> None:

@@ -96,6 +96,8 @@ class Options:
     unit: str | None = None
     systemctl: str = "systemctl"
     textfile_dir: Path | None = None  # None: no export
+    runtime: str | None = None  # the container runtime whose container a wedge restart kills
+    container: str | None = None
 
     def __post_init__(self) -> None:
         check_seconds("--interval", self.interval_s)
@@ -211,8 +213,10 @@ def _short(name: str) -> str:
 class Systemd:
     """The serving unit through `systemctl` (root: the system manager)."""
 
-    def __init__(self, systemctl: str, unit: str) -> None:
+    def __init__(self, systemctl: str, unit: str, runtime: str | None = None,
+                 container: str | None = None) -> None:  # fmt: skip
         self.systemctl, self.unit = systemctl, unit
+        self.runtime, self.container = runtime, container
 
     def _run(self, *args: str) -> str:
         argv = [self.systemctl, *args]
@@ -237,7 +241,23 @@ class Systemd:
 
     def restart(self) -> str:
         self._run("restart", "--no-block", self.unit)
-        return f"systemctl restart --no-block {self.unit}"
+        done = f"systemctl restart --no-block {self.unit}"
+        if self.runtime is None or self.container is None:
+            return done
+        # The unit's stop lets the requests in flight finish for up to vLLM's --shutdown-timeout; a wedged
+        # engine finishes none, so that stop would last the whole timeout. The restart is asked for first
+        # (systemd owns the sequence: drain, stop, prestart, start); the kill only ends the wait.
+        argv = [self.runtime, "kill", self.container]
+        try:
+            proc = subprocess.run(
+                argv, capture_output=True, text=True, timeout=SYSTEMCTL_TIMEOUT_S, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired) as err:
+            return f"{done}; {' '.join(argv)}: {err} (the stop waits for the unit's own timeouts)"
+        if proc.returncode != 0:
+            return (f"{done}; {' '.join(argv)} exited {proc.returncode}: {proc.stderr.strip()[:200]} "
+                    "(the stop waits for the unit's own timeouts)")  # fmt: skip
+        return f"{done}, then {' '.join(argv)} (a wedged engine has nothing to drain)"
 
 
 class Watchdog:
@@ -451,6 +471,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--unit", help="the serving unit to restart on a wedge (without it: report only)")
     parser.add_argument("--systemctl", default="systemctl", help="the systemctl program (default: from PATH)")
     parser.add_argument(
+        "--runtime",
+        help="container runtime (docker, podman): after asking for a wedge restart, `RUNTIME kill "
+        "CONTAINER`, so that the graceful stop does not wait out --shutdown-timeout for a wedged engine",
+    )
+    parser.add_argument("--container", help="the serving container's name (with --runtime)")
+    parser.add_argument(
         "--interval", type=argtypes.seconds(hi=argtypes.DAY), default=30.0, help="seconds between looks (30)"
     )
     parser.add_argument(
@@ -489,9 +515,13 @@ def run(args: argparse.Namespace) -> int:
         unit=args.unit,
         systemctl=args.systemctl,
         textfile_dir=args.textfile_dir,
+        runtime=args.runtime,
+        container=args.container,
     )
+    if (opts.runtime is None) != (opts.container is None):
+        raise UsageError("--runtime and --container go together")
     endpoint = endpoint_from_args(args)
-    systemd = Systemd(opts.systemctl, opts.unit) if opts.unit else None
+    systemd = Systemd(opts.systemctl, opts.unit, opts.runtime, opts.container) if opts.unit else None
     dog = Watchdog(
         opts,
         endpoint,
