@@ -234,6 +234,7 @@ def test_a_crash_loop_under_systemd_252_is_what_the_crash_loop_alert_reads(stati
     m.run(["rm", "-f", TEXTFILE])  # the previous test's export (start_limit_hit 1) must not count here
     m.write("/etc/systemd/system/vllm-station.service.d/restart-fast.conf", FAST_RESTART)
     m.systemctl("daemon-reload")
+    m.run(["systemctl", "stop", SERVE], check=False, timeout=120)  # whatever the previous test left
     m.systemctl("reset-failed", SERVE)  # also forgets the previous test's starts
     m.systemctl("start", SERVE, timeout=300)  # start 1 (an explicit start: NRestarts back to 0)
     assert _show_int(st, "NRestarts") == 0
