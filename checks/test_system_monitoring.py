@@ -179,10 +179,12 @@ def test_the_watchdogs_restart_is_counted_by_systemds_start_limit(station: Stati
     _wedge()
     _restarted_by_watchdog(st, third, 60)
     s = st.wait_state("failed", 180)
-    assert s["Result"] == "start-limit-hit", s
-    FIGURES.record("4th start within the hour (the watchdog's 2nd)", "refused (start-limit-hit)")
+    # The restart's start is refused; the container the watchdog killed after asking for it gives the
+    # Result (exit-code, its 137) where a refused explicit start alone would read start-limit-hit.
+    assert s["Result"] in ("exit-code", "start-limit-hit"), s
+    FIGURES.record("4th start within the hour (the watchdog's 2nd)", f"refused (Result={s['Result']})")
     st.wait_for("the watchdog's start-limit message",
-                lambda: "failed by its start limit (start-limit-hit)" in m.journal(WATCHDOG), 30)  # fmt: skip
+                lambda: "failed by its start limit (" in m.journal(WATCHDOG), 30)  # fmt: skip
     exported = _watchdog_file(st)
     assert exported["station_watchdog_restarts_total"] == 2
     assert exported["station_watchdog_unit_start_limit_hit"] == 1

@@ -518,6 +518,35 @@ def test_a_wedge_restart_kills_the_container_after_asking_systemd(
     assert f"then {runtime} kill vllm-station (a wedged engine has nothing to drain)" in out.stderr
 
 
+def test_a_refused_watchdog_restart_is_the_start_limit_whatever_the_result(
+    insim: object, tmp_path: Path, station: Callable[..., Any]
+) -> None:
+    """The watchdog's restart refused by the start limit, its container killed: systemd 252 reports the
+    kill's Result (exit-code) and no automatic restart (measured in checks/test_system_monitoring.py).
+    The watchdog knows it asked for that restart: failed since then is its start limit."""
+    sim: SimServer = insim(engine="wedge")  # type: ignore[operator]
+    calls = tmp_path / "calls"
+    script = tmp_path / "systemctl"
+    script.write_text(
+        f'#!/bin/sh\necho "$@" >> {calls}\n'
+        'if [ "$1" = show ]; then\n'
+        f'  if grep -q "^restart" {calls}; then\n'
+        '    s="ActiveState=failed;SubState=failed;Result=exit-code;NRestarts=0"\n'
+        '  else s="ActiveState=active;SubState=running;Result=success;NRestarts=0"; fi\n'
+        "  printf '%s\\n' \"$s\" | tr ';' '\\n'\nfi\n"
+    )
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    out = station(
+        "--base-url", sim.base_url, "--unit", "vllm-station.service", "--systemctl", str(script),
+        "--interval", "0.5", "--probe-timeout", "0.4", "--wedge-verdicts", "2", "--cycles", "5",
+        "--textfile-dir", str(tmp_path),
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "failed by its start limit (the watchdog's restart refused, Result=exit-code)" in out.stderr
+    assert textfile.read(tmp_path / watchdog.TEXTFILE)["station_watchdog_unit_start_limit_hit"] == 1
+    assert sum(c.startswith("restart") for c in calls.read_text().splitlines()) == 1
+
+
 def test_runtime_without_container_is_a_usage_error(station: Callable[..., Any]) -> None:
     out = station(
         "--base-url", "http://127.0.0.1:1", "--unit", "u", "--runtime", "/bin/true", "--cycles", "1"

@@ -289,6 +289,10 @@ class Watchdog:
         self.last_change_at: float | None = None  # clock() when the signature last moved
         self.limit_said = False
         self.unit_unreadable = False
+        # A restart this watchdog asked for that has not yet brought the unit back to active. If the unit
+        # is failed meanwhile, the restart was refused: with the container killed after the request,
+        # systemd 252 reports the kill's Result (exit-code), not start-limit-hit.
+        self.restart_pending = False
 
     def close(self) -> None:
         self.api.close()
@@ -341,8 +345,13 @@ class Watchdog:
         return Look(at, ok, seconds, error, failure, signature, shown, metrics_error, unit)
 
     # ---- one cycle ----
+    def limit_hit(self, unit: UnitState) -> bool:
+        return unit.start_limit_hit or (unit.active == "failed" and self.restart_pending)
+
     def step(self) -> Verdict:
         look = self.look()
+        if look.unit is not None and look.unit.active == "active":
+            self.restart_pending = False
         verdict, reason = judge(self.previous, look)
         if look.signature is not None and look.signature != self.previous:
             self.last_change_at = look.at
@@ -363,13 +372,14 @@ class Watchdog:
 
     def _tell(self, v: Verdict, look: Look) -> None:
         unit = look.unit
-        if unit is not None and unit.start_limit_hit:
+        if unit is not None and self.limit_hit(unit):
             if not self.limit_said:
-                how = (
-                    "start-limit-hit"
-                    if unit.result == "start-limit-hit"
-                    else f"after {unit.n_restarts} automatic restarts, Result={unit.result}"
-                )
+                if unit.result == "start-limit-hit":
+                    how = "start-limit-hit"
+                elif unit.n_restarts > 0:
+                    how = f"after {unit.n_restarts} automatic restarts, Result={unit.result}"
+                else:
+                    how = f"the watchdog's restart refused, Result={unit.result}"
                 self.say(
                     f"{self.opts.unit} failed by its start limit ({how}): systemd refuses further "
                     "starts within the hour, the watchdog's included; fix the cause (journalctl -u "
@@ -406,6 +416,7 @@ class Watchdog:
             v.restart_message = str(err)
             return
         self.restarts += 1
+        self.restart_pending = True
         self.streak = 0
         self.previous = None
         v.restarted, v.restart_message = True, done
@@ -444,7 +455,7 @@ class Watchdog:
                 F.one("station_watchdog_unit_start_limit_hit",
                       "1 when the serving unit failed by its start limit "
                       "(start-limit-hit, or failed after restarts)",
-                      1.0 if look.unit.start_limit_hit else 0.0)
+                      1.0 if self.limit_hit(look.unit) else 0.0)
             )  # fmt: skip
         return fams
 
