@@ -3,6 +3,8 @@
 # Two differences from the recipe's command line, both deliberate: the model is the verified local
 # copy (the download entry `glm53-flash`), and `--host` is rendered (the recipe relied on vLLM's
 # default of all addresses). No `--kv-cache-dtype`: the fp8 KV cache comes from the checkpoint's config.
+# Two additions, for a graceful stop: the preset caps answers at 32768 tokens (vLLM's server-wide
+# max_new_tokens), and vLLM gets 32768 / 55.6 tok/s = 590 s to finish running requests on SIGTERM.
 host: [
   "/var/lib/vllm-station-models/glm53-flash"
   "--served-model-name"
@@ -24,4 +26,8 @@ host: [
   "glm47"
   "--reasoning-parser"
   "glm45"
+  "--shutdown-timeout"
+  "590"
+  "--override-generation-config"
+  ''{"max_new_tokens":32768}''
 ]

@@ -8,7 +8,9 @@ what Nix renders through the Python reader (a key renamed on one side fails here
 - the stamp's file name: modules/lib/contract.nix ↔ `vllm_station.checkpoint.STAMP_NAME`;
 - a revision's directory: contract.nix `revisionDir` ↔ `vllm_station.checkpoint.revisions.revision_dir`
   (what the download unit writes, what `station revisions` prunes and what the serving unit loads);
-- the preflight config's path: the contract ↔ the path the modules pass to `station preflight`.
+- the preflight config's path: the contract ↔ the path the modules pass to `station preflight`;
+- the drain flags (`station drain`, tested by the gateway's and the listener's nginx): the contract ↔
+  `vllm_station.drainflag`.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 import pytest
 from nixenv import REPO, eval_json, require_nix, require_tree
 from vllm_station import golive
+from vllm_station import drainflag
 from vllm_station.checkpoint import STAMP_NAME
 from vllm_station.cli import build_parser as golive_parser_of
 from vllm_station.checkpoint.revisions import revision_dir
@@ -58,6 +61,11 @@ def test_revision_dir_is_one_layout_on_both_sides() -> None:
     assert flash == str(revision_dir(Path("/var/lib/vllm-station-models/glm53-flash"), Path(flash).name))
     data = json.loads(_rendered()["examples"]["flash-station"]["preflightJson"])
     assert data["modelDir"] == flash and data["revision"] == Path(flash).name
+def test_drain_flags_are_one_path_on_both_sides(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(drainflag.DIR_ENV, raising=False)
+    monkeypatch.delenv(drainflag.STOPPING_ENV, raising=False)
+    assert _rendered()["drainFlag"] == str(drainflag.drain_flag())
+    assert _rendered()["stoppingFlag"] == str(drainflag.stopping_flag())
 
 
 @pytest.mark.parametrize("example", EXAMPLES)

@@ -189,9 +189,9 @@ def test_nginx_conf_balancing_and_streaming_directives(env: Env) -> None:
     assert "hash $http_x_session_id consistent;" in lc
     # one internal location per limits group: default, batch, bench, limited, ops (sized for golive)
     assert lc.count("proxy_buffering off;") == 5
-    # retries never `non_idempotent`
+    # retries never `non_idempotent`; a 503 (a drained or stopping station) moves a GET on
     retries = {ln.strip() for ln in lc.splitlines() if "proxy_next_upstream " in ln}
-    assert retries == {"proxy_next_upstream error timeout;"}
+    assert retries == {"proxy_next_upstream error timeout http_503;"}
     assert "http_authorization" not in lc.split("log_format", 1)[1].split(";", 1)[0]
     assert "proxy_read_timeout 3600s;" in lc and "proxy_read_timeout 2s;" in rr
 

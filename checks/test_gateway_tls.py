@@ -14,8 +14,12 @@ all when a link is plain, unauthenticated or verified against another CA or name
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import subprocess
+import sys
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +27,7 @@ from typing import Any
 
 import pytest
 from gateway.harness import (
+    ERRORS,
     NGINX,
     Gateway,
     Ports,
@@ -199,3 +204,36 @@ def test_the_gateway_refuses_a_station_it_cannot_verify(env: Env, case: str) -> 
         errors = gw.logs_text()
     assert status == 502 and got == []
     assert "upstream SSL certificate" in errors, errors[-2000:]
+
+
+def test_a_drained_listener_refuses_new_requests_before_its_station(env: Env) -> None:
+    """`station drain` on a station behind a listener: the listener answers 503 (`station_draining`,
+    Retry-After) for its station — through the gateway too — and the station receives nothing;
+    undrained, the next request reaches it. (checks/test_gateway_drain.py: the same on this host's gateway.)"""
+    flags = Path(tempfile.mkdtemp(prefix="station-drain-"))  # nginx's workers (not root) test the flag
+    try:
+        flags.chmod(0o755)
+        (flags / "drain").mkdir(mode=0o755)
+        gw = gateway(env, "drain")
+        gw.extra_paths["/var/lib/vllm-station-drain/"] = flags / "drain"
+        run = {**os.environ, "STATION_DRAIN_DIR": str(flags / "drain"),
+               "STATION_STOPPING_FLAG": str(flags / "stopping")}  # fmt: skip
+        with gw:
+            assert through_gateway(env, gw)[0] == 200
+            subprocess.run([sys.executable, "-m", "vllm_station", "drain"], env=run, check=True, timeout=60,
+                           capture_output=True)  # fmt: skip
+            env.station.take()
+            with gw.client(env.keys["alice"]) as c:
+                resp = c.post("/v1/chat/completions", json={"model": "sim", "messages": []})
+                health = c.get("/health")
+            assert resp.status_code == 503 and health.status_code == 503, (resp.text, health.text)
+            assert resp.headers["retry-after"] == "10"
+            expected = json.loads(ERRORS.read_text())["503-draining"]
+            assert resp.json() == {"error": {**expected, "param": None}}
+            assert env.station.take() == [], "a request reached the drained station"
+            subprocess.run([sys.executable, "-m", "vllm_station", "undrain"], env=run, check=True, timeout=60,
+                           capture_output=True)  # fmt: skip
+            status, received = through_gateway(env, gw)
+            assert status == 200 and len(received) == 1
+    finally:
+        shutil.rmtree(flags, ignore_errors=True)

@@ -284,6 +284,8 @@ def test_the_units_command_lines_parse_with_the_real_station_cli(r: Rendered) ->
         assert f"vllm-station-secrets@{unit}" in r.units[unit], "the key is checked before the unit starts"
     watchdog = cli.build_parser("watchdog").parse_args(r.unit_argv("vllm-station-watchdog.service")[1:])
     assert watchdog.unit == "vllm-station.service" and watchdog.systemctl.endswith("/bin/systemctl")
+    # a wedge restart kills the container (the graceful stop would wait out --shutdown-timeout)
+    assert watchdog.runtime.endswith("/bin/docker") and watchdog.container == "vllm-station"
     assert (watchdog.interval, watchdog.probe_timeout, watchdog.wedge_verdicts) == (
         30,
         20,

@@ -528,7 +528,11 @@ def test_stop_uses_the_runtime_stop_path_and_leaves_no_running_container(
     assert exit_code == "0", (
         "the engine got SIGTERM and exited by itself (137 would be the timeout's SIGKILL)"
     )
-    assert '"stop" "-t" "60" "vllm-station"' in st.unit()
+    assert '"stop" "-t" "620" "vllm-station"' in st.unit()  # shutdownTimeout 590 + 30
+    # the first stop step drained the station (the gateway's 503) before the SIGTERM; systemd removed
+    # the flag with the unit's runtime directory when the stop was over
+    assert "routed: no (new requests get 503; requests in flight finish)" in m.journal(SERVE)
+    assert m.run(["test", "-e", "/run/vllm-station/stopping"], check=False).returncode != 0
 
 
 def _switch(st: Station, rendered: Any) -> float:

@@ -47,7 +47,8 @@ from vllm.utils.argparse_utils import FlexibleArgumentParser
 KEYS = ("model", "served_model_name", "host", "port", "tensor_parallel_size", "max_model_len", "max_num_seqs",
         "gpu_memory_utilization", "kv_cache_dtype", "enable_chunked_prefill", "enable_prefix_caching",
         "enable_auto_tool_choice", "tool_call_parser", "reasoning_parser", "speculative_config", "headless",
-        "nnodes", "node_rank", "master_addr", "master_port", "enforce_eager")
+        "nnodes", "node_rank", "master_addr", "master_port", "enforce_eager", "shutdown_timeout",
+        "override_generation_config")
 
 def verdict(argv):
     parser = FlexibleArgumentParser(prog="vllm")  # as vllm.entrypoints.cli.main builds it
@@ -192,6 +193,18 @@ def test_the_pair_flags_round_trip() -> None:
     flash = _checked()[1]["flash-station"]["args"]
     assert flash["speculative_config"] is None and flash["max_num_seqs"] == 256
     assert flash["enable_chunked_prefill"] is True
+
+
+def test_the_graceful_stop_reaches_vllm() -> None:
+    """--shutdown-timeout (SIGTERM: refuse new requests, finish running ones) and the output cap that
+    sizes it (vLLM's server-wide max_new_tokens) are accepted, with the values the units meant."""
+    for example, timeout in (("flash-station", 590), ("station-a", 2560), ("station-b", 2560)):
+        argv = rendered_args(example)
+        got = _checked()[1][example]["args"]
+        assert got["shutdown_timeout"] == int(flag(argv, "--shutdown-timeout")) == timeout
+        assert got["override_generation_config"] == {"max_new_tokens": 32768}
+    cpu = _checked()[1]["cpu-station"]["args"]
+    assert cpu["shutdown_timeout"] == int(flag(rendered_args("cpu-station"), "--shutdown-timeout")) > 0
 
 
 def test_checked_with_names_the_venvs_vllm() -> None:

@@ -139,6 +139,21 @@ let
   sessionVar = "$http_" + lib.replaceStrings [ "-" ] [ "_" ] (lib.toLower cfg.affinity.header);
   target = if cfg.affinity.header != null then "$vllm_station_pool" else pool;
 
+  # ---- drain (`station drain`, the serving unit's stop) ----
+  # With plain HTTP every station of the pool is on this host: the gateway reads this host's drain flags
+  # itself. With stationTls each station's listener reads its own (modules/station-listener.nix), and
+  # its 503 sends idempotent requests to the next station (`http_503` below), marking it failed.
+  drainRetryAfter = 10;
+  drainCheck = optionalString (!cfg.stationTls.enable) ''
+    # This station is drained or stopping: new requests get 503, those in flight finish.
+    if (-f ${contract.drainFlag}) {
+      rewrite ^ ${errorUri "503-draining"} last;
+    }
+    if (-f ${contract.stoppingFlag}) {
+      rewrite ^ ${errorUri "503-draining"} last;
+    }
+  '';
+
   # ---- nginx text ----
   # errors.json: "<status>" or "<status>-<case>" (a second body for the same status) -> the body.
   statusOf = name: lib.head (lib.splitString "-" name);
@@ -155,6 +170,7 @@ let
         ${optionalString (name == "401") ''add_header WWW-Authenticate 'Bearer realm="vllm-station"' always;''}
         ${optionalString (name == "429") "add_header Retry-After 1 always;"}
         ${optionalString (name == "405") "add_header Allow 'GET, HEAD' always;"}
+        ${optionalString (name == "503-draining") "add_header Retry-After ${toString drainRetryAfter} always;"}
         return ${statusOf name} '${jsonError name}';
       '';
     }
@@ -283,8 +299,10 @@ let
     proxy_send_timeout ${toString cfg.readTimeout}s;
     proxy_read_timeout ${toString cfg.readTimeout}s;
     # Another station only when this one could not be reached: a POST that reached an engine is
-    # never sent twice (nginx retries non-idempotent requests only with `non_idempotent`).
-    proxy_next_upstream error timeout;
+    # never sent twice (nginx retries non-idempotent requests only with `non_idempotent`). A 503 (a
+    # drained station's listener) sends a GET to the next station and marks that station failed; a
+    # POST gets the 503 (it reached no engine: the client may retry).
+    proxy_next_upstream error timeout http_503;
     proxy_next_upstream_tries ${toString (lib.length (lib.attrNames cfg.upstreams))};
   '';
 
@@ -321,6 +339,7 @@ let
             rewrite ^ ${errorUri "403-operator"} last;
           }
         ''}
+        ${drainCheck}
         set $vllm_station_path ${path};
         rewrite ^ ${internalPrefix}/$vllm_station_limits/ last;
       '';
@@ -342,6 +361,7 @@ let
         if ($http_transfer_encoding) {
           return 413;
         }
+        ${drainCheck}
         # A fixed URI (a variable: nginx sends it as is, without the client's query).
         set $vllm_station_path /health;
         proxy_pass ${scheme}://${pool}$vllm_station_path;
@@ -356,7 +376,8 @@ let
         proxy_set_header Authorization "";
         proxy_connect_timeout ${toString cfg.connectTimeout}s;
         proxy_read_timeout 10s;
-        proxy_next_upstream error timeout;
+        # A drained station's 503 (its listener's): ask the next one.
+        proxy_next_upstream error timeout http_503;
       '';
     };
   };

@@ -125,6 +125,14 @@ let
   ++ optionals (serve.apiKeyFile != null) [
     "--api-key-file"
     serve.apiKeyFile
+  ]
+  # A wedge restart kills the container once systemd has the restart: the unit's graceful stop would
+  # wait out vLLM's --shutdown-timeout for requests a wedged engine never finishes.
+  ++ optionals (serve.preflight.settings.runtime or null != null) [
+    "--runtime"
+    serve.preflight.settings.runtime
+    "--container"
+    contract.unit
   ];
 
   gatewayOn = config.services.vllm-station.gateway.enable or false;

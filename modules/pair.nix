@@ -268,8 +268,13 @@ in
 
     headStopWaitSeconds = mkOption {
       type = types.ints.unsigned;
-      default = 90;
-      description = "How long a stopping worker waits for the head to stop first.";
+      default = config.services.vllm-station.serve.shutdownTimeout + 90;
+      defaultText = literalExpression "config.services.vllm-station.serve.shutdownTimeout + 90";
+      description = ''
+        How long a stopping worker waits for the head to stop first. The head's stop lets its requests
+        in flight finish for up to `serve.shutdownTimeout` (the worker's rank serves them too), so the
+        default waits that long and 90 s more.
+      '';
     };
 
     pollSeconds = mkOption {

@@ -19,7 +19,12 @@
 #                  6. +station nccl-check        pair head only: NCCL picked GPUDirect RDMA (pair.nix)
 #                  7. +station weights-check     tensor parallelism: each local rank holds its share of
 #                                                the checkpoint's weights, not all of them (weightsCheck)
-#   ExecStop          -docker|podman stop -t 60  the container is kept: step 3 saves its logs next start
+#   ExecStop       8. +station drain --stopping  not headless: the gateways stop sending new requests (503)
+#                  9. -docker|podman stop -t T   SIGTERM: vLLM refuses new requests and finishes running ones
+#                                                for up to `shutdownTimeout` s (T = it + 30, then SIGKILL);
+#                                                the container is kept: step 3 saves its logs next start
+#                     (native: systemd's SIGTERM to vLLM alone, KillMode=mixed)
+#   TimeoutStopSec    shutdownTimeout + 60: above the container's stop timeout, so systemd never cuts it
 # systemd owns restarts (Restart=always, RestartSec=60, at most 3 starts an hour), so steps 1–4 run
 # before every start. The container is started by this unit directly, not through
 # `virtualisation.oci-containers`: that module adds `--rm` (which would delete the crashed
@@ -175,6 +180,15 @@ let
       (builtins.toJSON cfg.speculativeConfig)
     ]
     ++ optional cfg.headless "--headless"
+    # SIGTERM: refuse new requests, finish running ones for up to this long (0: abort them).
+    ++ [
+      "--shutdown-timeout"
+      (toString cfg.shutdownTimeout)
+    ]
+    ++ optionals (cfg.maxOutputTokens != null) [
+      "--override-generation-config"
+      (builtins.toJSON { max_new_tokens = cfg.maxOutputTokens; })
+    ]
     ++ cfg.extraFlags;
 
   # A local model directory outside the state directory is mounted read-only at the same path.
@@ -380,6 +394,28 @@ let
       ++ optional n.pendingOk "--pending-ok"
     );
 
+  # ---- the stop sequence (steps 8–9 at the top of this file): every bound derives from shutdownTimeout ----
+  containerStopSeconds = cfg.shutdownTimeout + 30;
+  stopTimeoutSeconds = cfg.shutdownTimeout + 60;
+  drainStopCommand = "+" + utils.escapeSystemdExecArgs [
+    station
+    "drain"
+    "--stopping"
+  ];
+  execStop =
+    optional (!cfg.headless) drainStopCommand
+    # `-`: nothing to stop when `run` never created the container. Not `rm`: prestart saves its logs first.
+    ++ optional isContainer (
+      "-"
+      + utils.escapeSystemdExecArgs [
+        runtimeExe
+        "stop"
+        "-t"
+        (toString containerStopSeconds)
+        name
+      ]
+    );
+
   execStartPre =
     optional servesLocalModel (utils.escapeSystemdExecArgs stampGateArgs)
     ++ optional (inputs.waitForWorker != null) (utils.escapeSystemdExecArgs waitForWorkerArgs)
@@ -447,10 +483,17 @@ let
     "--reasoning-parser" = "reasoningParser";
     "--speculative-config" = "speculativeConfig";
     "--headless" = "headless";
+    "--shutdown-timeout" = "shutdownTimeout";
     "--api-key" = "apiKeyFile (a file read at start, never the key in the Nix store)";
   };
+  # maxOutputTokens is vLLM's generation config override: with it set, extraFlags may not set another.
+  ownedFlags =
+    typedFlags
+    // optionalAttrs (cfg.maxOutputTokens != null) {
+      "--override-generation-config" = "maxOutputTokens (max_new_tokens)";
+    };
   flagName = arg: builtins.head (lib.splitString "=" arg);
-  repeatedFlags = lib.filter (arg: typedFlags ? ${flagName arg}) cfg.extraFlags;
+  repeatedFlags = lib.filter (arg: ownedFlags ? ${flagName arg}) cfg.extraFlags;
 
   # Memory binding of any kind on the serving unit (CUDA error 802 on GB300: the GPU's memory is
   # NUMA node 1; a node-0 binding keeps the process from it).
@@ -804,6 +847,52 @@ in
       '';
     };
 
+    maxOutputTokens = mkOption {
+      type = types.nullOr types.ints.positive;
+      default = null;
+      example = 32768;
+      description = ''
+        The most tokens one request may generate, server-wide: rendered as
+        `--override-generation-config {"max_new_tokens":N}`, which vLLM applies as an upper bound to every
+        request's `max_tokens` (requests asking more get N). null: up to the context length. It bounds the
+        longest request, so it sizes `shutdownTimeout`.
+      '';
+    };
+
+    stopDecodeRate = mkOption {
+      type = types.numbers.positive;
+      default = 55.6;
+      example = 12.8;
+      description = ''
+        Tokens per second that one request decodes while the station is fully loaded: the slowest rate a
+        request in flight at a stop can count on. The default is the GLM-5.3-Flash recipe's measurement
+        (1,464 tok/s for 32 users: 55.6 tok/s each); the TP=2 preset sets its own (12.8 tok/s: 77.9 ms
+        between tokens at 32 users). Used only to size `shutdownTimeout`.
+      '';
+    };
+
+    shutdownTimeout = mkOption {
+      type = types.ints.unsigned;
+      default =
+        if cfg.maxOutputTokens != null then
+          builtins.ceil (cfg.maxOutputTokens * 1.0 / cfg.stopDecodeRate) # 1.0: never integer division
+        else
+          600;
+      defaultText = literalExpression "if maxOutputTokens != null then ceil (maxOutputTokens / stopDecodeRate) else 600";
+      example = 120;
+      description = ''
+        Seconds vLLM gives the requests in flight when it is stopped (`--shutdown-timeout`): on SIGTERM
+        it refuses new requests and waits up to this long for the running ones, then aborts what is
+        left; 0 aborts at once. The default waits for the longest request the station allows, decoded at
+        the loaded rate: `maxOutputTokens / stopDecodeRate`, rounded up (GLM-5.3-Flash: 32768 / 55.6 =
+        590 s); without `maxOutputTokens`, 600 s. Everything else of a stop derives from it: the
+        container's stop timeout (`docker|podman stop -t`) is this + 30 s, systemd's `TimeoutStopSec`
+        this + 60 s. Before the SIGTERM, the unit's first stop step (`station drain --stopping`) turns
+        this station's gateway and listener to 503 for new requests, so no request reaches an engine
+        that would refuse it. A stop of an idle engine is immediate whatever the value.
+      '';
+    };
+
     prestart = {
       gpuNode = mkOption {
         type = types.ints.unsigned;
@@ -1008,7 +1097,7 @@ in
         {
           assertion = repeatedFlags == [ ];
           message = "services.vllm-station.serve: `extraFlags` repeats flags owned by typed options: ${
-            lib.concatMapStringsSep ", " (f: "${flagName f} (set `${typedFlags.${flagName f}}`)") repeatedFlags
+            lib.concatMapStringsSep ", " (f: "${flagName f} (set `${ownedFlags.${flagName f}}`)") repeatedFlags
           }.";
         }
         {
@@ -1060,7 +1149,11 @@ in
 
       environment.systemPackages = [ toolsPackage ];
       # The link every step of the start sequence runs `station` through (see the header).
-      systemd.tmpfiles.rules = [ "L+ ${contract.toolsLink} - - - - ${toolsPackage}" ];
+      systemd.tmpfiles.rules = [
+        "L+ ${contract.toolsLink} - - - - ${toolsPackage}"
+        # `station drain`'s flag (root writes it; nginx, the gateway's and the listener's, tests it).
+        "d ${contract.drainDir} 0755 root root - -"
+      ];
 
       services.vllm-station.serve.preflight.settings = lib.mapAttrs (_: lib.mkDefault) {
         inherit (cfg)
@@ -1121,21 +1214,13 @@ in
             ExecStartPre = execStartPre;
             ExecStart = startCommand;
             ExecStartPost = execStartPost;
-            # `-`: nothing to stop when `run` never created the container. Not `rm`: prestart saves its logs first.
-            ExecStop = optionals isContainer [
-              ("-" + utils.escapeSystemdExecArgs [
-                runtimeExe
-                "stop"
-                "-t"
-                "60"
-                name
-              ])
-            ];
+            # The stop sequence (steps 8–9 at the top of this file).
+            ExecStop = execStop;
             # always, not on-failure: vLLM can exit 0 when its engine dies (vllm#48966).
             Restart = "always";
             RestartSec = 60;
             TimeoutStartSec = cfg.startTimeout;
-            TimeoutStopSec = 90;
+            TimeoutStopSec = stopTimeoutSeconds;
             StateDirectory = name;
             CacheDirectory = name;
             LogsDirectory = name;
@@ -1145,6 +1230,9 @@ in
           // optionalAttrs (cfg.apiKeyFile != null) { LoadCredential = [ "api-key:${cfg.apiKeyFile}" ]; }
           # RDMA registers (pins) GPU and host buffers; the default 8 MiB limit makes it fail.
           // optionalAttrs inputs.unlimitedMemlock { LimitMEMLOCK = "infinity"; }
+          # Native: SIGTERM to vLLM's API server alone, which drains and then stops its engine processes
+          # (control-group would signal them all at once, aborting the running requests).
+          // optionalAttrs (!isContainer) { KillMode = "mixed"; }
           // optionalAttrs (unitEnvironmentFiles != [ ]) { EnvironmentFile = unitEnvironmentFiles; };
       };
     })

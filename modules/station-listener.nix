@@ -73,6 +73,12 @@ let
 
   listenAddr = if isIPv6 cfg.host && !lib.hasPrefix "[" cfg.host then "[${cfg.host}]" else cfg.host;
   vllmAddress = "${contract.clientHost serve.host}:${toString serve.port}";
+  # The gateway's own answer for a drained station (one text: modules/gateway/errors.json).
+  drainBody = builtins.toJSON {
+    error = (lib.importJSON ./gateway/errors.json)."503-draining" // {
+      param = null;
+    };
+  };
 in
 {
   options.services.vllm-station.stationListener = {
@@ -191,7 +197,21 @@ in
           ${concatMapStringsSep "\n" (a: "allow ${a};") (cfg.gateways ++ lib.optionals (!open) [ "127.0.0.1" "::1" ])}
           deny all;
         '';
+        locations."@vllm_station_drained".extraConfig = ''
+          default_type application/json;
+          add_header Retry-After 10 always;
+          return 503 '${drainBody}';
+        '';
         locations."/".extraConfig = ''
+          # Drained (`station drain`) or stopping (the serving unit's first stop step): new requests get
+          # 503, those in flight finish; the gateways send GETs elsewhere (proxy_next_upstream http_503).
+          error_page 503 @vllm_station_drained;
+          if (-f ${contract.drainFlag}) {
+            return 503;
+          }
+          if (-f ${contract.stoppingFlag}) {
+            return 503;
+          }
           # The gateway chose the path, checked the client's key and limits; it sends the station's key
           # (gateway.upstreamApiKeyFile), which vLLM checks on /v1.
           proxy_pass http://${vllmAddress};

@@ -133,6 +133,7 @@ let
         "= /_vllm_station/error/501"
         "= /_vllm_station/error/502"
         "= /_vllm_station/error/503"
+        "= /_vllm_station/error/503-draining"
         "= /_vllm_station/error/504"
         "= /_vllm_station/error/505"
         "= /health"

@@ -38,7 +38,13 @@ let
     builtins.unsafeDiscardStringContext config.environment.etc."vllm-station/golive.json".text;
 in
 {
-  inherit (contract) stampName preflightConfig pairEnvFile;
+  inherit (contract)
+    stampName
+    preflightConfig
+    pairEnvFile
+    drainFlag
+    stoppingFlag
+    ;
   inherit goliveJson;
   # A revision's directory under a download entry's dir (vllm_station.checkpoint.revisions reads it).
   revisionDirExample = contract.revisionDir "/var/lib/vllm-station-models/m" "0123456789abcdef0123456789abcdef01234567";

@@ -151,6 +151,32 @@ let
         ]
         ++ ok "key forwarded by name" (lib.elem "VLLM_API_KEY" envFlags)
         ++ ok "no --api-key flag" (!lib.elem "--api-key" start);
+      # The stop sequence: drain (503 at the gateway and listener), then SIGTERM with room for vLLM's
+      # --shutdown-timeout (the preset's 32768 tokens at 55.6 tok/s), every bound above the one before.
+      graceful-stop =
+        eq "ExecStop: drain, then the container's stop with shutdownTimeout + 30" (map argv (v "ExecStop")) [
+          [
+            station
+            "drain"
+            "--stopping"
+          ]
+          [
+            docker
+            "stop"
+            "-t"
+            "620"
+            "vllm-station"
+          ]
+        ]
+        ++ ok "drain privileged (+), the stop's failure ignored (-)" (
+          map (lib.substring 0 1) (v "ExecStop") == [ "+" "-" ]
+        )
+        ++ eq "--shutdown-timeout" (flagValue "--shutdown-timeout" start) "590"
+        ++ eq "shutdownTimeout = ceil(maxOutputTokens / stopDecodeRate)" cfg.shutdownTimeout 590
+        ++ eq "TimeoutStopSec: shutdownTimeout + 60" (v "TimeoutStopSec") [ "650" ]
+        ++ eq "the drain flag's directory" (lib.filter (lib.hasInfix "vllm-station-drain") config.systemd.tmpfiles.rules) [
+          "d /var/lib/vllm-station-drain 0755 root root - -"
+        ];
       memlock =
         eq "LimitMEMLOCK" (v "LimitMEMLOCK") [ "infinity" ]
         ++ ok "container memlock" (lib.elem "--ulimit=memlock=-1:-1" start);
@@ -253,6 +279,16 @@ let
           "VLLM_API_KEY=%d/api-key"
           "--"
         ];
+      native-graceful-stop =
+        eq "ExecStop: drain only (systemd's SIGTERM stops vLLM)" (map argv (v "ExecStop")) [
+          [
+            "/run/vllm-station-tools/bin/station"
+            "drain"
+            "--stopping"
+          ]
+        ]
+        ++ eq "KillMode: SIGTERM to the API server alone" (v "KillMode") [ "mixed" ]
+        ++ eq "TimeoutStopSec" (v "TimeoutStopSec") [ "650" ];
     };
 
   examples = {

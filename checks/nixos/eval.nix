@@ -10,6 +10,22 @@ let
   evalConfig = import (nixosTree + "/nixos/lib/eval-config.nix");
 
   inherit (import ../helpers.nix { inherit lib; }) evaluationOnly;
+
+  # What the nixpkgs of flake.lock (26.05) requires and the offline tree (24.11) does not check, stated as
+  # assertions so that the examples and the documentation's snippets fail here as they would there.
+  # Grafana: 26.05 dropped the built-in `security.secret_key` (24.11's default, below), so a
+  # configuration that leaves it unset no longer evaluates.
+  pinnedRequirements =
+    { config, ... }:
+    {
+      assertions = [
+        {
+          assertion =
+            !config.services.grafana.enable || config.services.grafana.settings.security.secret_key != "SW2YcwTIb9zpOOhoPsMm";
+          message = "services.grafana.settings.security.secret_key is unset: the nixpkgs of flake.lock has no default for it; set it to a file outside the Nix store (\"$__file{/var/lib/grafana/secret-key}\").";
+        }
+      ];
+    };
 in
 {
   inherit lib;
@@ -27,6 +43,7 @@ in
           documentation.enable = false;
           documentation.nixos.enable = false;
         }
+        pinnedRequirements
       ];
     };
 }

@@ -78,6 +78,15 @@ rec {
   shareUnit = "vllm-station-checkpoint-share";
   shareConfig = "${etcDir}/rsyncd.conf";
 
+  # Drain flags (`station drain`, vllm_station.drainflag has the same paths, pinned by a test): while
+  # either exists, the gateway on this host and the station listener answer new requests, /health
+  # included, with 503; requests in flight finish. The operator's flag persists (a station drained for
+  # a reboot comes back drained); the stopping flag lies in the serving unit's RuntimeDirectory, written
+  # by its first ExecStop step and removed by systemd when the stop is over.
+  drainDir = "/var/lib/vllm-station-drain";
+  drainFlag = "${drainDir}/drained";
+  stoppingFlag = "/run/${unit}/stopping";
+
   # node_exporter's textfile collector reads *.prom here; `station probe`, `watchdog`, `prestart` and
   # `preflight` write them (vllm_station.textfile.DEFAULT_DIR is the same path, pinned by a test).
   textfileDir = "/var/lib/vllm-station-metrics";

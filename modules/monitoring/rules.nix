@@ -84,10 +84,16 @@ rec {
                 "${servingUnit} has failed"
                 "systemd gave up on ${servingUnit} (its start limit, or a failed start step). journalctl -u ${servingUnit}; after the fix: systemctl reset-failed ${servingUnit}."
               )
+              # A crash loop ends with the restart systemd refuses (StartLimitBurst). systemd 252 reports that
+              # refusal as Result=start-limit-hit only for an explicit start (the watchdog's, an operator's);
+              # refusing its own restart after a crash it keeps the crash's Result (signal, exit-code): the
+              # unit is failed and NRestarts holds the restarts it made (measured under systemd 252:
+              # failed / signal / NRestarts=3, checks/test_system_monitoring.py). A Restart=always unit is
+              # left failed only once its restarts are refused, so failed with restarts is the start limit.
               (alert "VllmStationStartLimitHit" "critical" "0m"
-                "station_watchdog_unit_start_limit_hit == 1"
+                ''max by (instance) ((station_watchdog_unit_start_limit_hit == 1) or (node_systemd_unit_state{${unit},state="failed"} == 1 and on(instance, name) node_systemd_service_restart_total{${unit}} > 0))''
                 "${servingUnit} hit its start limit (3 starts an hour)"
-                "A crash or wedge loop: systemd refuses further starts. Restarts often mean the page-cache trap is back (see VllmStationPageCacheHigh)."
+                "A crash or wedge loop: systemd refuses further starts (the unit is failed after its restarts). Restarts often mean the page-cache trap is back (see VllmStationPageCacheHigh). journalctl -u ${servingUnit}; after the fix: systemctl reset-failed ${servingUnit}."
               )
               (alert "VllmStationRestarts" "warning" "0m"
                 ''(sum(increase(node_systemd_service_restart_total{${unit}}[1h])) or vector(0)) + (sum(increase(station_watchdog_restarts_total[1h])) or vector(0)) >= ${num t.restartsPerHour}''

@@ -17,6 +17,10 @@
     enableAutoToolChoice = true;
     toolCallParser = "glm47";
     reasoningParser = "glm45";
+    # The longest answer a request may get (vLLM's server-wide max_new_tokens): the full context is for
+    # the prompt. It bounds the longest request, which sizes the graceful stop: shutdownTimeout =
+    # 32768 / 55.6 tok/s (the recipe's per-user rate at 32 users) = 590 s.
+    maxOutputTokens = 32768;
   };
   download.presetModels.glm53-flash = "nvidia/GLM-5.3-Flash-NVFP4";
 }

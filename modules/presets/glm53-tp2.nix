@@ -20,6 +20,10 @@
     reasoningParser = "glm45";
     # 753B over two stations: ~232 GB of weights per station to load, then compile and graph capture.
     startTimeout = 1800;
+    # The longest answer a request may get, and the per-user decode rate at 32 users of the TP=2 recipe
+    # (77.9 ms between tokens: 12.8 tok/s): shutdownTimeout = 32768 / 12.8 = 2560 s.
+    maxOutputTokens = 32768;
+    stopDecodeRate = 12.8;
     speculativeConfig = {
       method = "mtp";
       num_speculative_tokens = 4;

@@ -293,7 +293,7 @@ in
         "--port"
         "29500"
         "--timeout"
-        "90"
+        "2650" # the head finishes its requests first: its shutdownTimeout (2560) + 90
         "--interval"
         "5"
         "--unit"

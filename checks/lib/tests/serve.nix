@@ -80,6 +80,8 @@ in
       "127.0.0.1"
       "--port"
       "8000"
+      "--shutdown-timeout"
+      "600"
     ]
     ++ h.eq "ExecStart runtime" (lib.take 4 argv) [
       "${h.fake.docker}/bin/docker"
@@ -93,6 +95,8 @@ in
       "127.0.0.1"
       "--port"
       "8000"
+      "--shutdown-timeout"
+      "600"
     ]
     ++ h.lacks "ExecStart" argv "--rm"
     ++ h.ok "no --restart flag in ExecStart: ${s.ExecStart}" (!lib.hasInfix "--restart" s.ExecStart)
@@ -137,16 +141,25 @@ in
       "--timeout"
       "840"
     ]
+    # The stop: drain first (the gateways stop sending), then SIGTERM with room for --shutdown-timeout
+    # (600 s without maxOutputTokens): the container's stop timeout + 30 s, systemd's + 60 s.
     ++ h.eq "ExecStop" (map h.argv s.ExecStop) [
+      [
+        "/run/vllm-station-tools/bin/station"
+        "drain"
+        "--stopping"
+      ]
       [
         "${h.fake.docker}/bin/docker"
         "stop"
         "-t"
-        "60"
+        "630"
         "vllm-station"
       ]
     ]
-    ++ h.ok "ExecStop ignores failure (-)" (lib.hasPrefix "-" (builtins.head s.ExecStop))
+    ++ h.ok "drain privileged (+)" (lib.hasPrefix "+" (builtins.head s.ExecStop))
+    ++ h.ok "the container's stop ignores failure (-)" (lib.hasPrefix "-" (lib.last s.ExecStop))
+    ++ h.eq "TimeoutStopSec above the container's stop" s.TimeoutStopSec 660
     ++ h.contains "engine-ready timeout follows startTimeout" (envFlags config) "VLLM_ENGINE_READY_TIMEOUT_S=900"
     ++ h.contains "persistent compile cache" (envFlags config) "VLLM_CACHE_ROOT=/var/cache/vllm-station/vllm"
     ++ h.contains "persistent inductor cache" (envFlags config) "TORCHINDUCTOR_CACHE_DIR=/var/cache/vllm-station/inductor"
@@ -181,10 +194,8 @@ in
       };
       other = (h.eval [ flash { services.vllm-station.package = changed; } ]).config;
     in
-    h.eq "the link, to the configured package" config.systemd.tmpfiles.rules [
-      "L+ /run/vllm-station-tools - - - - ${h.fake.station}"
-    ]
-    ++ h.eq "the link follows the package" other.systemd.tmpfiles.rules [ "L+ /run/vllm-station-tools - - - - ${changed}" ]
+    h.eq "the link, to the configured package" (lib.head config.systemd.tmpfiles.rules) "L+ /run/vllm-station-tools - - - - ${h.fake.station}"
+    ++ h.eq "the link follows the package" (lib.head other.systemd.tmpfiles.rules) "L+ /run/vllm-station-tools - - - - ${changed}"
     ++ h.eq "no Exec line names the package" (lib.filter (lib.hasInfix "${h.fake.station}") (execLines (sc config))) [ ]
     ++ h.eq "the unit is the same with another package" (sc other) (sc config)
   );
@@ -257,6 +268,32 @@ in
     ++ h.ok "% and $ doubled for systemd" (lib.hasInfix "50%% $$HOME" (sc config).ExecStart)
   );
 
+  # The graceful stop follows the longest request allowed: maxOutputTokens at stopDecodeRate.
+  shutdown-timeout-from-max-output-tokens = h.check (with' {
+    maxOutputTokens = 1000;
+    stopDecodeRate = 3;
+  }) (
+    config:
+    h.eq "ceil(1000 / 3)" config.services.vllm-station.serve.shutdownTimeout 334
+    ++ h.eq "the cap and the timeout reach vLLM" (lib.drop 5 config.services.vllm-station.serve.vllmArgs) [
+      "--shutdown-timeout"
+      "334"
+      "--override-generation-config"
+      ''{"max_new_tokens":1000}''
+    ]
+    ++ h.eq "container stop -t" (lib.elemAt (h.argv (lib.last (sc config).ExecStop)) 3) "364"
+    ++ h.eq "TimeoutStopSec" (sc config).TimeoutStopSec 394
+  );
+
+  shutdown-timeout-flag-is-owned = h.assertionFails (with' {
+    maxOutputTokens = 1000;
+    extraFlags = [
+      "--shutdown-timeout=5"
+      "--override-generation-config"
+      "{}"
+    ];
+  }) "--shutdown-timeout (set `shutdownTimeout`), --override-generation-config (set `maxOutputTokens (max_new_tokens)`)";
+
   headless-worker = h.check (with' {
     headless = true;
     tensorParallelSize = 2;
@@ -273,11 +310,14 @@ in
       "--tensor-parallel-size"
       "2"
       "--headless"
+      "--shutdown-timeout"
+      "600"
       "--nnodes"
       "2"
       "--node-rank"
       "1"
     ]
+    ++ h.eq "a worker is not drained (no API): the stop is the container's alone" (map (l: builtins.elemAt (h.argv l) 1) (sc config).ExecStop) [ "stop" ]
     ++ h.eq "no readiness probe" (sc config).ExecStartPost [ ]
     ++ h.eq "prestart still runs" (lib.length (sc config).ExecStartPre) 1
   );
@@ -510,10 +550,19 @@ in
       "127.0.0.1"
       "--port"
       "8000"
+      "--shutdown-timeout"
+      "600"
     ]
     ++ h.eq "DynamicUser" s.DynamicUser true
     ++ h.eq "prestart --runtime" (flagValue "--runtime" (prestart config)) "none"
-    ++ h.eq "no ExecStop" s.ExecStop [ ]
+    ++ h.eq "ExecStop: the drain alone (systemd's SIGTERM stops vLLM)" (map h.argv s.ExecStop) [
+      [
+        "/run/vllm-station-tools/bin/station"
+        "drain"
+        "--stopping"
+      ]
+    ]
+    ++ h.eq "SIGTERM to the API server alone: it drains, then stops its engine" s.KillMode "mixed"
     ++ h.eq "MemoryDenyWriteExecute relaxed (JIT)" s.MemoryDenyWriteExecute false
     ++ h.eq "PrivateDevices relaxed (GPUs)" s.PrivateDevices false
     ++ h.eq "DevicePolicy" s.DevicePolicy "closed"
@@ -578,7 +627,7 @@ in
         backend = "native";
       };
     }
-  ] (config: h.eq "no image in unit" ((h.unit config).serviceConfig.ExecStop) [ ]);
+  ] (config: h.eq "no image in unit" (lib.filter (lib.hasInfix "docker") (h.unit config).serviceConfig.ExecStop) [ ]);
 
   # ---- the weights check (step 7) ----
   weights-check-only-with-tensor-parallelism = h.check [ flash ] (

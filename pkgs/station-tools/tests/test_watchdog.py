@@ -496,6 +496,64 @@ def test_cli_restarts_the_unit_through_systemctl_and_exports(
     assert exported["station_watchdog_restarts_total"] == 1
 
 
+def test_a_wedge_restart_kills_the_container_after_asking_systemd(
+    insim: object, tmp_path: Path, station: Callable[..., Any]
+) -> None:
+    """The unit's stop waits up to vLLM's --shutdown-timeout for requests to finish; a wedged engine
+    finishes none. With --runtime/--container the watchdog asks systemd for the restart, then kills the
+    container, in that order (both programs stand-ins that record their calls in one file)."""
+    sim: SimServer = insim(engine="wedge")  # type: ignore[operator]
+    systemctl = _fake_systemctl(tmp_path, "ActiveState=active;SubState=running;Result=success;NRestarts=0")
+    runtime = tmp_path / "docker"
+    runtime.write_text(f'#!/bin/sh\necho "docker $@" >> {tmp_path / "calls"}\n')
+    runtime.chmod(runtime.stat().st_mode | stat.S_IEXEC)
+    out = station(
+        "--base-url", sim.base_url, "--unit", "vllm-station.service", "--systemctl", str(systemctl),
+        "--runtime", str(runtime), "--container", "vllm-station",
+        "--interval", "0.5", "--probe-timeout", "0.4", "--wedge-verdicts", "2", "--cycles", "3",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    calls = [c for c in (tmp_path / "calls").read_text().splitlines() if not c.startswith("show")]
+    assert calls == ["restart --no-block vllm-station.service", "docker kill vllm-station"], calls
+    assert f"then {runtime} kill vllm-station (a wedged engine has nothing to drain)" in out.stderr
+
+
+def test_a_refused_watchdog_restart_is_the_start_limit_whatever_the_result(
+    insim: object, tmp_path: Path, station: Callable[..., Any]
+) -> None:
+    """The watchdog's restart refused by the start limit, its container killed: systemd 252 reports the
+    kill's Result (exit-code) and no automatic restart (measured in checks/test_system_monitoring.py).
+    The watchdog knows it asked for that restart: failed since then is its start limit."""
+    sim: SimServer = insim(engine="wedge")  # type: ignore[operator]
+    calls = tmp_path / "calls"
+    script = tmp_path / "systemctl"
+    script.write_text(
+        f'#!/bin/sh\necho "$@" >> {calls}\n'
+        'if [ "$1" = show ]; then\n'
+        f'  if grep -q "^restart" {calls}; then\n'
+        '    s="ActiveState=failed;SubState=failed;Result=exit-code;NRestarts=0"\n'
+        '  else s="ActiveState=active;SubState=running;Result=success;NRestarts=0"; fi\n'
+        "  printf '%s\\n' \"$s\" | tr ';' '\\n'\nfi\n"
+    )
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    out = station(
+        "--base-url", sim.base_url, "--unit", "vllm-station.service", "--systemctl", str(script),
+        "--interval", "0.5", "--probe-timeout", "0.4", "--wedge-verdicts", "2", "--cycles", "5",
+        "--textfile-dir", str(tmp_path),
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "failed by its start limit (the watchdog's restart refused, Result=exit-code)" in out.stderr
+    assert textfile.read(tmp_path / watchdog.TEXTFILE)["station_watchdog_unit_start_limit_hit"] == 1
+    assert sum(c.startswith("restart") for c in calls.read_text().splitlines()) == 1
+
+
+def test_runtime_without_container_is_a_usage_error(station: Callable[..., Any]) -> None:
+    out = station(
+        "--base-url", "http://127.0.0.1:1", "--unit", "u", "--runtime", "/bin/true", "--cycles", "1"
+    )  # fmt: skip
+    assert out.returncode == 2 and "--runtime and --container go together" in out.stderr
+
+
 def test_cli_says_once_that_the_start_limit_refused_the_unit(
     insim: object, tmp_path: Path, station: Callable[..., Any]
 ) -> None:
@@ -512,6 +570,37 @@ def test_cli_says_once_that_the_start_limit_refused_the_unit(
     assert "systemctl reset-failed vllm-station.service" in out.stderr
     assert textfile.read(tmp_path / watchdog.TEXTFILE)["station_watchdog_unit_start_limit_hit"] == 1
     assert not any(c.startswith("restart") for c in (tmp_path / "calls").read_text().splitlines())
+
+
+@pytest.mark.parametrize(
+    ("show", "hit"),
+    [
+        # systemd 252 refusing its own restart after a crash loop keeps the crash's Result (measured by
+        # checks/test_system_monitoring.py: failed / signal / NRestarts=3)
+        ("ActiveState=failed;SubState=failed;Result=signal;NRestarts=3", True),
+        ("ActiveState=failed;SubState=failed;Result=exit-code;NRestarts=1", True),
+        ("ActiveState=failed;SubState=failed;Result=start-limit-hit;NRestarts=0", True),
+        # failed without any restart: another failure, not the start limit
+        ("ActiveState=failed;SubState=failed;Result=exit-code;NRestarts=0", False),
+        # restarting, not given up
+        ("ActiveState=activating;SubState=auto-restart;Result=signal;NRestarts=2", False),
+    ],
+)
+def test_the_start_limit_as_systemd_252_reports_it(
+    insim: object, tmp_path: Path, station: Callable[..., Any], show: str, hit: bool
+) -> None:
+    sim: SimServer = insim()  # type: ignore[operator]
+    systemctl = _fake_systemctl(tmp_path, show)
+    out = station(
+        "--base-url", sim.base_url, "--unit", "vllm-station.service", "--systemctl", str(systemctl),
+        "--interval", "0.2", "--probe-timeout", "0.2", "--cycles", "2", "--textfile-dir", str(tmp_path),
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    exported = textfile.read(tmp_path / watchdog.TEXTFILE)
+    assert exported["station_watchdog_unit_start_limit_hit"] == (1 if hit else 0), out.stderr
+    assert ("failed by its start limit" in out.stderr) == hit, out.stderr
+    if hit and "NRestarts=0" not in show:
+        assert "automatic restarts, Result=" in out.stderr
 
 
 def test_cli_bad_arguments_exit_2(station: Callable[..., Any]) -> None:

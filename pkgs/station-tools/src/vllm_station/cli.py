@@ -65,6 +65,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "copy": ("copy", "pull a verified checkpoint from the other station (rsync, NUMA node 0), verify it"),
     "probe": ("probe", "synthetic probe: 1-user tok/s, TTFT and one tool call, for Prometheus (textfile)"),
     "watchdog": ("watchdog", "restart a wedged engine (health 200, no progress, probes fail) via systemd"),
+    "drain": ("drain", "out of the gateways' rotation: new requests get 503, running ones finish"),
+    "undrain": ("undrain", "put a drained station back into its gateways' rotation"),
     "gateway": ("gateway", "the gateway's start step: API key files into the map nginx includes"),
     "secrets": ("secrets", "before a unit loads its secret files: each in place? (names option and file)"),
     "gates": ("gates.cli", "quality gates before go-live: tool-call battery, agent battery, needles"),

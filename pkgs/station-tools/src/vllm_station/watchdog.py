@@ -102,6 +102,8 @@ class Options:
     unit: str | None = None
     systemctl: str = "systemctl"
     textfile_dir: Path | None = None  # None: no export
+    runtime: str | None = None  # the container runtime whose container a wedge restart kills
+    container: str | None = None
 
     def __post_init__(self) -> None:
         check_seconds("--interval", self.interval_s)
@@ -129,7 +131,14 @@ class UnitState:
 
     @property
     def start_limit_hit(self) -> bool:
-        return self.active == "failed" and self.result == "start-limit-hit"
+        """systemd gave up restarting the unit. `Result=start-limit-hit` when an explicit start (the
+        watchdog's restart, an operator's) was refused; when systemd refuses its own automatic restart
+        after a crash, systemd 252 keeps the crash's Result (`signal`, `exit-code`: measured by
+        checks/test_system_monitoring.py), so a failed unit that systemd had restarted counts too: a
+        Restart=always unit is left failed only once its restarts are refused."""
+        if self.active != "failed":
+            return False
+        return self.result == "start-limit-hit" or self.n_restarts > 0
 
 
 @dataclass
@@ -210,8 +219,10 @@ def _short(name: str) -> str:
 class Systemd:
     """The serving unit through `systemctl` (root: the system manager)."""
 
-    def __init__(self, systemctl: str, unit: str) -> None:
+    def __init__(self, systemctl: str, unit: str, runtime: str | None = None,
+                 container: str | None = None) -> None:  # fmt: skip
         self.systemctl, self.unit = systemctl, unit
+        self.runtime, self.container = runtime, container
 
     def _run(self, *args: str) -> str:
         argv = [self.systemctl, *args]
@@ -236,7 +247,23 @@ class Systemd:
 
     def restart(self) -> str:
         self._run("restart", "--no-block", self.unit)
-        return f"systemctl restart --no-block {self.unit}"
+        done = f"systemctl restart --no-block {self.unit}"
+        if self.runtime is None or self.container is None:
+            return done
+        # The unit's stop lets the requests in flight finish for up to vLLM's --shutdown-timeout; a wedged
+        # engine finishes none, so that stop would last the whole timeout. The restart is asked for first
+        # (systemd owns the sequence: drain, stop, prestart, start); the kill only ends the wait.
+        argv = [self.runtime, "kill", self.container]
+        try:
+            proc = subprocess.run(
+                argv, capture_output=True, text=True, timeout=SYSTEMCTL_TIMEOUT_S, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired) as err:
+            return f"{done}; {' '.join(argv)}: {err} (the stop waits for the unit's own timeouts)"
+        if proc.returncode != 0:
+            return (f"{done}; {' '.join(argv)} exited {proc.returncode}: {proc.stderr.strip()[:200]} "
+                    "(the stop waits for the unit's own timeouts)")  # fmt: skip
+        return f"{done}, then {' '.join(argv)} (a wedged engine has nothing to drain)"
 
 
 class Watchdog:
@@ -273,6 +300,10 @@ class Watchdog:
         self.last_change_at: float | None = None  # clock() when the signature last moved
         self.limit_said = False
         self.unit_unreadable = False
+        # A restart this watchdog asked for that has not yet brought the unit back to active. If the unit
+        # is failed meanwhile, the restart was refused: with the container killed after the request,
+        # systemd 252 reports the kill's Result (exit-code), not start-limit-hit.
+        self.restart_pending = False
 
     def close(self) -> None:
         self.api.close()
@@ -349,8 +380,13 @@ class Watchdog:
         return Look(at, ok, seconds, error, failure, signature, shown, metrics_error, unit)
 
     # ---- one cycle ----
+    def limit_hit(self, unit: UnitState) -> bool:
+        return unit.start_limit_hit or (unit.active == "failed" and self.restart_pending)
+
     def step(self) -> Verdict:
         look = self.look()
+        if look.unit is not None and look.unit.active == "active":
+            self.restart_pending = False
         verdict, reason = judge(self.previous, look)
         if look.signature is not None and look.signature != self.previous:
             self.last_change_at = look.at
@@ -371,10 +407,16 @@ class Watchdog:
 
     def _tell(self, v: Verdict, look: Look) -> None:
         unit = look.unit
-        if unit is not None and unit.start_limit_hit:
+        if unit is not None and self.limit_hit(unit):
             if not self.limit_said:
+                if unit.result == "start-limit-hit":
+                    how = "start-limit-hit"
+                elif unit.n_restarts > 0:
+                    how = f"after {unit.n_restarts} automatic restarts, Result={unit.result}"
+                else:
+                    how = f"the watchdog's restart refused, Result={unit.result}"
                 self.say(
-                    f"{self.opts.unit} failed by its start limit (start-limit-hit): systemd refuses further "
+                    f"{self.opts.unit} failed by its start limit ({how}): systemd refuses further "
                     "starts within the hour, the watchdog's included; fix the cause (journalctl -u "
                     f"{self.opts.unit}), then systemctl reset-failed {self.opts.unit}"
                 )
@@ -409,6 +451,7 @@ class Watchdog:
             v.restart_message = str(err)
             return
         self.restarts += 1
+        self.restart_pending = True
         self.streak = 0
         self.previous = None
         v.restarted, v.restart_message = True, done
@@ -445,8 +488,9 @@ class Watchdog:
         if look.unit is not None:
             fams.append(
                 F.one("station_watchdog_unit_start_limit_hit",
-                      "1 when the serving unit failed by its start limit (start-limit-hit)",
-                      1.0 if look.unit.start_limit_hit else 0.0)
+                      "1 when the serving unit failed by its start limit "
+                      "(start-limit-hit, or failed after restarts)",
+                      1.0 if self.limit_hit(look.unit) else 0.0)
             )  # fmt: skip
         return fams
 
@@ -476,6 +520,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="the serving unit to restart on a wedge (without it: report only)",
     )
     parser.add_argument("--systemctl", default="systemctl", help="the systemctl program (default: from PATH)")
+    parser.add_argument(
+        "--runtime",
+        help="container runtime (docker, podman): after asking for a wedge restart, `RUNTIME kill "
+        "CONTAINER`, so that the graceful stop does not wait out --shutdown-timeout for a wedged engine",
+    )
+    parser.add_argument("--container", help="the serving container's name (with --runtime)")
     parser.add_argument(
         "--interval", type=argtypes.seconds(hi=argtypes.DAY), default=30.0, help="seconds between looks (30)"
     )
@@ -515,9 +565,13 @@ def run(args: argparse.Namespace) -> int:
         unit=args.unit,
         systemctl=args.systemctl,
         textfile_dir=args.textfile_dir,
+        runtime=args.runtime,
+        container=args.container,
     )
+    if (opts.runtime is None) != (opts.container is None):
+        raise UsageError("--runtime and --container go together")
     endpoint = endpoint_from_args(args)
-    systemd = Systemd(opts.systemctl, opts.unit) if opts.unit else None
+    systemd = Systemd(opts.systemctl, opts.unit, opts.runtime, opts.container) if opts.unit else None
     dog = Watchdog(
         opts,
         endpoint,
