@@ -33,8 +33,8 @@ ALLOWED: dict[str, str] = {
     "cli.py": "points a closed or failed stdout (fd 1) at /dev/null, before any command opens a file",
     "prestart.py": "writes the kernel knob /proc/sys/vm/drop_caches ('1'), not a report",
     "host/container.py": "hands the container runtime a file for `<runtime> logs` (its bytes, not station's)",
-    "checkpoint/revisions.py": "`revisions adopt` renames a verified checkpoint's own entries into its revision"
-    " directory (one file system): it moves files, writes no byte",
+    "checkpoint/revisions.py": "`revisions adopt` renames a verified checkpoint's own entries into its"
+    " revision directory (one file system): it moves files, writes no byte",
 }
 
 WRITE_MODES = set("wax+")
