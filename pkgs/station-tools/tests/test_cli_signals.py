@@ -62,6 +62,8 @@ CLOSED_STDOUT: dict[str, list[list[str]]] = {
     "golive": [["golive", "--help"]],
     "revisions": [["revisions", "--help"], ["revisions", "list", "--help"]],
     "secrets": [["secrets", "--help"], ["secrets", "check", "--help"]],
+    "drain": [["drain", "--help"]],
+    "undrain": [["undrain", "--help"]],
 }
 
 

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from vllm_station import bounded, output
 from vllm_station.errors import StationError
 
 DRAIN_DIR = Path("/var/lib/vllm-station-drain")  # modules/lib/contract.nix: drainDir
@@ -71,14 +71,14 @@ class Status:
 
 def read_flag(path: Path) -> Flag:
     try:
-        text = path.read_text(errors="replace")[:4096]
+        text = bounded.read_text(path, limit=4096, errors="replace")
     except FileNotFoundError:
         return Flag(str(path), False)
     except OSError as exc:
         # nginx tests existence; a flag we cannot read still drains
         return Flag(str(path), path.exists(), reason=f"unreadable: {exc.strerror}")
     try:
-        data = json.loads(text)
+        data = bounded.loads_json(text)
     except ValueError:
         data = {}
     if not isinstance(data, dict):
@@ -100,15 +100,7 @@ def write_flag(path: Path, reason: str, now: float | None = None) -> bool:
     body = json.dumps({"since": time.time() if now is None else now, "reason": reason[:MAX_REASON]})
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-        try:
-            with os.fdopen(fd, "w") as f:
-                f.write(body + "\n")
-            os.chmod(tmp, FLAG_MODE)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        output.replace_text(path, body + "\n", option="the flag", mode=FLAG_MODE)
     except OSError as exc:
         raise FlagError(f"cannot write {path}: {exc.strerror or exc}") from None
     return True
