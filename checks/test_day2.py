@@ -145,10 +145,11 @@ def _state(st: Station, unit: str) -> dict[str, str]:
 
 def _first_switch(st: Station, timeout: float = 900) -> float:
     """What the first boot (or a fresh install's first switch) does with the units activation wrote: start
-    multi-user.target, which wants every unit of the station. Returns when systemd says the target is
-    reached (multi-user.target is ordered after what it wants: the download, the engine, golive)."""
+    the targets that want the station's units — multi-user.target (the services) and timers.target (the
+    probe's timer); the machine booted to basic.target before its /etc was written. Returns when systemd
+    says they are reached (a target is ordered after what it wants: the download, the engine, golive)."""
     t0 = time.monotonic()
-    st.machine.systemctl("start", "multi-user.target", timeout=timeout)
+    st.machine.systemctl("start", "multi-user.target", "timers.target", timeout=timeout)
     return time.monotonic() - t0
 
 
@@ -193,6 +194,7 @@ def test_step2_reboot_everything_active_again_secrets_present(cal: Calendar) -> 
     st, m = cal.station, cal.station.machine
     before = _state(st, SERVE)
     runs = _golive_runs(st)
+    fetches = len(cal.hub.state.gets("model.safetensors"))
     t0 = time.monotonic()
     cal.monitoring.stop()
     boot_s = st.reboot(runtime="docker")
@@ -202,9 +204,11 @@ def test_step2_reboot_everything_active_again_secrets_present(cal: Calendar) -> 
     s = _state(st, SERVE)
     missing_feature = None
     if not secrets_kept:
-        # The key lived on /run, a tmpfs: the units that read it by LoadCredential fail at boot.
-        assert s["ActiveState"] == "failed", s
-        assert s["ExecMainStatus"] == "243" or "243/CREDENTIALS" in m.journal(SERVE), (s, m.journal(SERVE)[-2000:])
+        # The key lived on /run, a tmpfs: the units that read it by LoadCredential fail at boot (the serving
+        # unit retries every RestartSec until its start limit).
+        assert s["ActiveState"] != "active", s
+        st.wait_for("vllm-station.service failing at its credentials", lambda: "243/CREDENTIALS" in m.journal(SERVE),
+                    120)  # fmt: skip
         missing_feature = (
             "missing feature (issue 26, 'Secrets that outlive a reboot'): the station key is at "
             f"{API_KEY_PATH} as docs/install.md says, /run is a tmpfs, and after the reboot "
@@ -212,14 +216,17 @@ def test_step2_reboot_everything_active_again_secrets_present(cal: Calendar) -> 
             "fix — the key written again by hand — was applied to go on"
         )
         m.write(API_KEY_PATH, API_KEY + "\n", mode=0o600)
+        m.systemctl("stop", SERVE, timeout=300)
         m.systemctl("reset-failed", check=False)
         _first_switch(st)
     s = _assert_serving(st)
     assert s["InvocationID"] != before["InvocationID"]
-    for unit in (DOWNLOAD, GOLIVE, WATCHDOG, PROBE_TIMER):
+    for unit in (GOLIVE, WATCHDOG, PROBE_TIMER):
         assert _state(st, unit)["ActiveState"] == "active", (unit, _state(st, unit))
-    # the download did not run again: its stamp is on /var
-    assert "Condition" in m.journal(DOWNLOAD) or _state(st, DOWNLOAD)["Result"] == "success"
+    # the download unit is skipped at boot: the stamp it would write is there
+    assert m.show(DOWNLOAD, "ConditionResult")["ConditionResult"] == "no", m.journal(DOWNLOAD)[-1000:]
+    # the download did not fetch again: the checkpoint and its stamp are on /var
+    assert len(cal.hub.state.gets("model.safetensors")) == fetches, "the reboot downloaded the weights again"
     st.wait_for("traffic flowing again", lambda: cal.traffic and cal.traffic.figures(time.monotonic() - 5, time.monotonic())["ok"],
                 120)  # fmt: skip
     cal.report("2 reboot", t0, time.monotonic(), boot_s=round(boot_s, 1),
@@ -330,14 +337,19 @@ def test_step8a_401_storm_alerts_and_restarts_nothing(cal: Calendar) -> None:
                probe_refused_alert_s=round(alert.received - t0, 1))  # fmt: skip
 
 
+def _verdicts(m: Any) -> set[str]:
+    """The watchdog's current verdict(s), from its textfile."""
+    lines = m.run(["cat", "/var/lib/vllm-station-metrics/station-watchdog.prom"], check=False).stdout.splitlines()
+    return {line.split('"')[1] for line in lines if line.startswith("station_watchdog_verdict{") and line.endswith(" 1")}
+
+
 def _pids(m: Any, pattern: str) -> list[str]:
     return m.run(["pgrep", "-f", pattern], check=False).stdout.split()
 
 
 def test_step8b_wedge_one_watchdog_restart(cal: Calendar) -> None:
     st, m = cal.station, cal.station.machine
-    st.wait_for("the watchdog's ok look", lambda: "ok" in m.run(
-        ["cat", "/var/lib/vllm-station-metrics/station-watchdog.prom"], check=False).stdout, 60)  # fmt: skip
+    st.wait_for("the watchdog's ok look", lambda: "ok" in _verdicts(m), 60)
     before = _state(st, SERVE)
     restarts = m.journal(WATCHDOG).count("restarting vllm-station.service")
     # A real wedge of the real engine: its engine-core process stopped (SIGSTOP). The API server lives,
@@ -347,16 +359,16 @@ def test_step8b_wedge_one_watchdog_restart(cal: Calendar) -> None:
     t0 = time.monotonic()
     for pid in cores:
         m.run(["kill", "-STOP", pid])
-    st.wait_for("the watchdog's restart", lambda: _state(st, SERVE)["InvocationID"] != before["InvocationID"], 120)
+    st.wait_for("the watchdog's restart", lambda: _state(st, SERVE)["InvocationID"] != before["InvocationID"], 300)
     detected = time.monotonic() - t0
-    st.wait_state("active", 600)
+    st.wait_state("active", 900)
     journal = m.journal(WATCHDOG)
     assert journal.count("restarting vllm-station.service") == restarts + 1, journal[-3000:]
-    alert = cal.webhook.wait_for("VllmStationRestarts", t0, 120)
+    alert = cal.webhook.wait_for("VllmStationEngineWedged", t0, 120)
     time.sleep(10)  # a later look must not restart the fresh engine again
     assert m.journal(WATCHDOG).count("restarting vllm-station.service") == restarts + 1
     cal.report("8b wedge", t0, time.monotonic(), wedge_to_restart_s=round(detected, 1),
-               restarts_alert_s=round(alert.received - t0, 1))  # fmt: skip
+               wedged_alert_s=round(alert.received - t0, 1))  # fmt: skip
 
 
 def test_step8c_crash_loop_alert_reaches_the_webhook(cal: Calendar) -> None:
