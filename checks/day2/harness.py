@@ -5,9 +5,9 @@ engine and counts what each step costs, and the station's monitoring run with th
   every alert is kept with the time it arrived, so a step reports which alerts it delivered and their
   latency from the fault.
 - `Traffic`: one client thread sending short streamed completions back to back, with the station's key;
-  each request is `ok`, `aborted` (it began — an answer started — and broke), or `refused` (no answer:
-  connection refused, 5xx before the stream). Downtime is the longest stretch without a successful
-  request.
+  each request is `ok`, `aborted` (sent, then lost: the connection reset, the stream cut, no answer within
+  30 s), or `refused` (never taken: connection refused, or an HTTP error status). Downtime is the longest
+  stretch without a successful request.
 - `Monitoring`: Debian's Prometheus, Alertmanager and node_exporter inside the station's machine, as
   transient units, with what NixOS renders for the station (checks/day2/monitoring.nix): the rendered
   prometheus.yml (the derivation nixpkgs' module generates, read as checks/monitoring/rendered.py
@@ -157,8 +157,10 @@ class Traffic:
                                 if line.strip() == "data: [DONE]":
                                     done = True
                             kind, detail = ("ok", "") if done else ("aborted", "stream ended without [DONE]")
-                except httpx.HTTPError as err:
-                    kind, detail = ("aborted" if began else "refused"), type(err).__name__
+                except (httpx.ConnectError, httpx.ConnectTimeout) as err:
+                    kind, detail = "refused", type(err).__name__
+                except httpx.HTTPError as err:  # sent, then lost: a reset, a cut stream, no answer in time
+                    kind, detail = "aborted", f"{type(err).__name__}{' mid-stream' if began else ''}"
                 self.outcomes.append(Outcome(t0, time.monotonic(), kind, detail))
                 if kind != "ok":
                     time.sleep(0.5)
