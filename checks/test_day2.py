@@ -154,6 +154,7 @@ def _first_switch(st: Station, timeout: float = 900) -> float:
 
 
 def _golive_runs(st: Station) -> int:
+    """golive's reports in the journal of this boot (the journal is on /run: a reboot starts it anew)."""
     return sum(1 for line in st.journal_lines(GOLIVE) if line.startswith("station golive "))
 
 
@@ -193,7 +194,6 @@ def test_step1_install_first_switch_download_verify_serving_golive_go(cal: Calen
 def test_step2_reboot_everything_active_again_secrets_present(cal: Calendar) -> None:
     st, m = cal.station, cal.station.machine
     before = _state(st, SERVE)
-    runs = _golive_runs(st)
     fetches = len(cal.hub.state.gets("model.safetensors"))
     t0 = time.monotonic()
     cal.monitoring.stop()
@@ -230,7 +230,7 @@ def test_step2_reboot_everything_active_again_secrets_present(cal: Calendar) -> 
     st.wait_for("traffic flowing again", lambda: cal.traffic and cal.traffic.figures(time.monotonic() - 5, time.monotonic())["ok"],
                 120)  # fmt: skip
     cal.report("2 reboot", t0, time.monotonic(), boot_s=round(boot_s, 1),
-               golive_reran_at_boot=_golive_runs(st) - runs, secrets_kept=secrets_kept)  # fmt: skip
+               golive_ran_again_at_boot=_golive_runs(st) > 0, secrets_kept=secrets_kept)  # fmt: skip
     if missing_feature:
         pytest.xfail(missing_feature)
 
