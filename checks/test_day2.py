@@ -44,7 +44,7 @@ from nixenv import CACHE, require_nix, require_tree, run_nix
 from system.common import API_KEY, TESTS, free_port, require_tools
 from system.images import Registry, build_vllm_image
 from system.station import API_KEY_PATH, Rendered, Station, render, station_venv
-from system.store import StoreMap, show_derivations
+from system.store import show_derivations
 from system.switch import plan_switch, run_switch
 
 pytestmark = pytest.mark.day2
@@ -272,8 +272,11 @@ def test_step5_new_station_package_keeps_the_engine_and_golive(cal: Calendar) ->
     golive_before = _state(st, GOLIVE)
 
     def activate() -> None:
-        store = StoreMap(st.work / "store", show_derivations(_nix, new.drvs), st.station_bin)
-        store.materialize_texts([*new.units.values(), *new.etc.values(), *new.tmpfiles])
+        # the new system's store paths join the machine's store (those it shares with the old one are there)
+        for d in show_derivations(_nix, new.drvs).values():
+            for path in d.outputs.values():
+                st.store.by_output.setdefault(path, d)
+        st.store.materialize_texts([*new.units.values(), *new.etc.values(), *new.tmpfiles])
         st.rendered = new
         st.install()
 
