@@ -5,6 +5,8 @@ Switch restarts a unit whose text changed (NixOS's switch-to-configuration compa
 flagship example with golive, as it is and with one change at a time, against a full nixpkgs tree
 (NIXOS_TREE). A new `station` package must leave the serving unit and golive byte-identical (the engine
 keeps serving; its next start runs the new tools through the link); a change to what is served must not.
+The same texts go through switch-to-configuration's rules as checks/system/switch.py implements them (the
+day2 tier's switch): the plan must agree with the text comparison.
 """
 
 from __future__ import annotations
@@ -89,3 +91,24 @@ def test_runtime_package_is_made_without_tests(tmp_path: Path) -> None:
     assert out["src"]["runtime"] != out["base"]["runtime"], "a change under src/ leaves the package as it was"
     # The suite still sees the tests: a changed test is a new check to run.
     assert out["tests"]["suite"] != out["base"]["suite"], "passthru.tests.pytest does not include tests/"
+
+
+def _plan(change: str) -> set[str]:
+    """What switch-to-configuration's rules (checks/system/switch.py, the day2 tier's switch) do to the
+    running engine and golive when switching from the example as it is to `change`."""
+    from system.switch import plan_switch
+
+    r = _rendered()
+    old = {"vllm-station.service": r["as-is"]["serving"], "vllm-station-golive.service": r["as-is"]["golive"]}
+    new = {"vllm-station.service": r[change]["serving"], "vllm-station-golive.service": r[change]["golive"]}
+    plan = plan_switch(old, new, dict.fromkeys(old, "active"))
+    return plan.touched()
+
+
+def test_switch_rules_leave_the_engine_and_golive_running_for_a_new_tools_package() -> None:
+    assert _plan("tools") == set()
+
+
+@pytest.mark.parametrize("change", SERVED_CHANGES)
+def test_switch_rules_restart_the_engine_and_golive_for_a_served_change(change: str) -> None:
+    assert _plan(change) == {"vllm-station.service", "vllm-station-golive.service"}

@@ -1,6 +1,6 @@
 """pytest plugin: group results into the project's test tiers and write a per-tier summary.
 
-Tiers come from markers: realvllm, nix_parse, nix_flake, nix_lib, nix_nixos, nix_vm, build_env, system; anything else
+Tiers come from markers: realvllm, nix_parse, nix_flake, nix_lib, nix_nixos, nix_vm, build_env, system, day2; anything else
 is `unit`. `scripts/check` loads it with `-p pytest_tiers` and reads the JSON written to
 `--tiers-json` to print one PASS / SKIP / FAIL line per tier.
 
@@ -20,7 +20,9 @@ from typing import Any
 
 import pytest
 
-TIER_MARKERS = ("realvllm", "nix_parse", "nix_flake", "nix_lib", "nix_nixos", "nix_vm", "build_env", "system")
+TIER_MARKERS = (
+    "realvllm", "nix_parse", "nix_flake", "nix_lib", "nix_nixos", "nix_vm", "build_env", "system", "day2"
+)
 TIER_NAMES = {
     "unit": "python unit + in-process servers",
     "realvllm": "python against real vLLM (CPU)",
@@ -31,6 +33,7 @@ TIER_NAMES = {
     "nix_vm": "nix: VM tests (instantiate)",
     "build_env": "build-env: the package as Nix builds it",
     "system": "system: rendered units under real systemd",
+    "day2": "day2: one composed station's calendar",
 }
 
 TIMING_RERUNS = 1  # one retry of a `timing` test; announced (see the module's docstring)
@@ -52,8 +55,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 # Tiers whose tests share one expensive thing across files (a real vLLM server, the machine a real
-# systemd boots, the Nix-built package): each runs on one xdist worker, in order.
-SHARED_TIERS = ("realvllm", "system", "build_env")
+# systemd boots, the Nix-built package, the day-two station): each runs on one xdist worker, in order.
+SHARED_TIERS = ("realvllm", "system", "build_env", "day2")
 
 
 def tier_of(item: pytest.Item) -> str:

@@ -44,7 +44,9 @@ class Machine:
     boot_seconds: float = 0.0
 
     def start(self, timeout: float = 120) -> None:
+        """Boot the machine; again after `stop()` too (a reboot: a fresh volatile root, the same binds)."""
         self.work.mkdir(parents=True, exist_ok=True)
+        self.leader = 0
         args = [
             "systemd-nspawn",
             "--register=no",
@@ -68,7 +70,7 @@ class Machine:
             "systemd.unit=basic.target",
             *self.kernel_args,
         ]
-        log = (self.work / "console.log").open("wb")
+        log = (self.work / "console.log").open("ab")  # a reboot appends
         started = time.monotonic()
         group = self._memory_group()
         if (

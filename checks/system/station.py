@@ -270,6 +270,17 @@ class Station:
     def stop(self) -> None:
         self.machine.stop()
 
+    def reboot(self, runtime: str) -> float:
+        """A reboot: a clean poweroff (systemd stops every unit), then a new boot of the same machine. The
+        root is volatile (a fresh tmpfs: /run and /etc start empty, as on any machine), /var is the same
+        directory on disk (machine.py: --volatile=yes with /var bound), and NixOS's activation at boot
+        (here `install()`: /etc, accounts, tmpfiles) writes the configuration before the units start.
+        Returns the seconds from poweroff to a booted machine."""
+        t0 = time.monotonic()
+        self.machine.stop()
+        self.boot(runtime)
+        return time.monotonic() - t0
+
     # ---- reading systemd ----
     def unit(self, name: str = SERVE_UNIT) -> str:
         return self.rendered.units[name]

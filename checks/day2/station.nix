@@ -1,0 +1,100 @@
+# The day2 tier's station (checks/test_day2.py): every feature of the project enabled together on one
+# machine, as an operator would run them — serve (vLLM's CPU build, as checks/examples/cpu-station.nix),
+# download (from the test's local hub) and verify, the gateway, monitoring (Prometheus, Alertmanager with a
+# webhook receiver, node_exporter, the probe and the watchdog) and golive.
+#
+# Scaled for a test (each stated; nothing else differs from what an operator writes):
+#   - RestartSec 2 s instead of 60 s (the start limit stays 3 starts an hour);
+#   - the watchdog looks every 3 s and restarts after 2 wedge verdicts (default: 30 s, 3);
+#   - the probe runs every 30 s (the least the module accepts; default 300 s);
+#   - golive's gates sized for a 4 M-parameter model on 2 CPU cores: smoke (its tool call included) and a
+#     bench of 2 requests of 16 tokens at 1 user, judged by `failures==0` and a floor of 1 tok/s; no
+#     needles (a 2,048-token context), no agent battery and no 40-case tool battery (the small model
+#     fails 6 of its cases: a capability of the model, not of the station).
+{ lib, ... }:
+let
+  model = "/var/lib/vllm-station-models/tiny-tools";
+in
+{
+  services.vllm-station = {
+    serve = {
+      enable = true;
+      # checks/system/render.nix replaces it with the test image's digest.
+      image = "registry.example/vllm-cpu@sha256:7d3c1e5a9b0f2d4c6e8a1b3d5f7092e4c6a8b0d2f4e6a8c0b2d4f6e8a0c2e4f6";
+      gpuDevices = [ ];
+      inherit model;
+      servedModelName = "tiny-tools";
+      host = "127.0.0.1";
+      port = 8899;
+      maxModelLen = 2048;
+      enableAutoToolChoice = true;
+      toolCallParser = "hermes";
+      extraFlags = [ "--enforce-eager" ];
+      environment.VLLM_CPU_KVCACHE_SPACE = "1";
+      startTimeout = 600;
+      # The station's own key: the serving unit, the gateway, the probe, the watchdog and golive read it.
+      apiKeyFile = "/run/secrets/vllm-api-key";
+    };
+
+    download = {
+      enable = true;
+      models.tiny-tools = {
+        model = "local/tiny-tools";
+        revision = "5d0c1e2f3a4b5c6d7e8f9a0b1c2d3e4f5a6b7c8d";
+        dir = model;
+      };
+    };
+
+    gateway = {
+      enable = true;
+      serverName = "llm.day2.test";
+      host = "127.0.0.1";
+      port = 8443;
+      tls.certificateFile = "/var/lib/vllm-station-secrets/gateway/fullchain.pem";
+      tls.keyFile = "/var/lib/vllm-station-secrets/gateway/key.pem";
+      keys.alice.file = "/var/lib/vllm-station-secrets/gateway/alice";
+    };
+
+    monitoring = {
+      enable = true;
+      probe.interval = 30;
+      watchdog = {
+        interval = 3;
+        probeTimeout = 2;
+        wedgeVerdicts = 2;
+      };
+      alertmanager = {
+        enable = true;
+        # The test's webhook receiver (its port is chosen at run time: the test points this URL there).
+        receivers.webhook.url = [ "http://127.0.0.1:9/day2-webhook" ];
+      };
+    };
+
+    golive = {
+      enable = true;
+      skip = [
+        "needle"
+        "agent"
+        "tools"
+      ];
+      expect = [ "c1.tok_s>=1" ];
+      bench = {
+        concurrency = [ 1 ];
+        requests = "2";
+        outputLen = 16;
+      };
+      requestTimeout = 120;
+    };
+  };
+
+  systemd.services.vllm-station.serviceConfig.RestartSec = lib.mkForce 2;
+
+  boot.loader.grub.enable = false;
+  boot.loader.systemd-boot.enable = true;
+  fileSystems."/" = {
+    device = "/dev/disk/by-label/nixos";
+    fsType = "ext4";
+  };
+  networking.hostName = "day2-station";
+  system.stateVersion = "24.11";
+}
