@@ -237,16 +237,17 @@ def test_step2_reboot_everything_active_again_secrets_present(cal: Calendar) -> 
 
 def test_step3_client_key_rotation_with_a_stream_in_flight(cal: Calendar) -> None:
     pytest.skip(
-        "missing feature (issue 26, 'Rotation without loss'): client keys rotate by an nginx reload; on main the "
-        "keys unit is PartOf/Requires nginx with enableReload off, and this tier does not run nginx under the "
-        "machine's systemd yet (checks/test_gateway*.py run it)"
+        "not written yet: client keys now rotate by an nginx reload (modules/gateway.nix, tested with the "
+        "real nginx in checks/test_gateway.py), but this tier does not run nginx under the machine's "
+        "systemd yet"
     )
 
 
 def test_step4_station_key_rotation(cal: Calendar) -> None:
     pytest.skip(
-        "missing feature (issue 26, 'Rotation without loss'): no procedure rotates the station's own key with one "
-        "planned restart that the probe, watchdog and golive follow"
+        "not written yet: the procedure exists (docs/secrets.md: replace the file, restart the serving "
+        "unit; the watchdog re-reads the key, probe and golive load it per run), its run through this "
+        "tier's calendar does not"
     )
 
 
@@ -302,16 +303,17 @@ def _nix(args: list[str]) -> str:
 
 def test_step6_checkpoint_upgrade_and_rollback(cal: Calendar) -> None:
     pytest.skip(
-        "missing feature (issue 26, 'Checkpoint upgrades as the seed describes, and back'): a revision lives in "
-        "the entry's one directory on main, so a bump leaves the download unit skipped by the old stamp and "
-        "there is no way back without a download"
+        "not written yet here: per-revision directories, upgrade and rollback run under real systemd in "
+        "checks/test_system.py::test_revision_upgrade_then_rollback, not yet in this composed station"
     )
 
 
 def test_step7_restart_under_load(cal: Calendar) -> None:
     pytest.skip(
-        "missing feature (issue 26, 'Graceful stop'): --shutdown-timeout is not rendered and nothing drains the "
-        "gateway first, so every stop aborts the requests in flight"
+        "not written yet: the graceful stop (--shutdown-timeout, stop timeouts above it, the drain flag "
+        "before SIGTERM) is rendered and tested (checks/test_gateway_drain.py, "
+        "tests/test_shutdown_realvllm.py), its count of requests completed across a restart in this tier is "
+        "not"
     )
 
 
