@@ -114,7 +114,9 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
             bucket["skipped"] += 1
             longrepr = report.longrepr
             reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
-            reason = reason.removeprefix("Skipped: ")
+            if hasattr(report, "wasxfail"):  # an expected failure: its reason, not its traceback
+                reason = f"expected failure: {report.wasxfail}"
+            reason = " ".join(reason.removeprefix("Skipped: ").split())
             if reason not in bucket["reasons"]:
                 bucket["reasons"].append(reason)
         else:

@@ -519,8 +519,13 @@ def _plant(src: Path) -> None:
     os.mknod(src / "mem", 0o666 | stat.S_IFCHR, os.makedev(1, 1))
     os.mkfifo(src / "pipe")
     (src / "sub").mkdir()
-    with socket.socket(socket.AF_UNIX) as s:
-        s.bind(str(src / "sub" / "sock"))
+    cwd = os.getcwd()
+    os.chdir(src / "sub")  # a relative name: a deep tmp path (a Nix build's) is past AF_UNIX's 108 bytes
+    try:
+        with socket.socket(socket.AF_UNIX) as s:
+            s.bind("sock")
+    finally:
+        os.chdir(cwd)
     (src / "run").write_bytes(b"#!/bin/sh\nid\n")
     os.chmod(src / "run", 0o6777)
     os.symlink("/etc/passwd", src / "passwd")
