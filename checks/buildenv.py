@@ -52,7 +52,6 @@ PYPI = {
     "hypothesis": "hypothesis",
     "numpy": "numpy",
     "pytest-check-hook": "pytest",  # pytestCheckHook propagates pytest and runs `python -m pytest`
-    "pytest-rerunfailures": "pytest-rerunfailures",
     "pytest-timeout": "pytest-timeout",
     "pytest-xdist": "pytest-xdist",
     "safetensors": "safetensors",

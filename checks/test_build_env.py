@@ -33,7 +33,9 @@ pytestmark = pytest.mark.build_env
 
 PYPROJECT = tomllib.loads((REPO / "pkgs/station-tools/pyproject.toml").read_text())
 # Entries of the `test` extra that are developer tools (scripts/check runs them); the suite imports neither.
-DEV_TOOLS = {"ruff", "mypy"}
+# scripts/check's own tools, not the suite's: a Nix build skips the `timing` tests that pytest-rerunfailures
+# would retry (and adding it to package.nix changed the runtime package's inputs for nothing)
+DEV_TOOLS = {"ruff", "mypy", "pytest-rerunfailures"}
 SUITE_TIMEOUT_S = 900
 MIN_TESTS = 300
 

@@ -84,9 +84,6 @@ let
         hypothesis
         numpy
         pytestCheckHook
-        # pyproject's test extra: scripts/check's one announced retry of a `timing` test (a Nix build
-        # skips those tests, so the plugin is loaded and unused there)
-        pytest-rerunfailures
         pytest-timeout
         pytest-xdist
         (safetensors.overridePythonAttrs { doCheck = false; })
