@@ -364,3 +364,23 @@ def tools_server(_session_servers: _Servers) -> VllmServer:
 def smol_server(_session_servers: _Servers) -> VllmServer:
     """SmolLM2-135M-Instruct as "smollm2", hermes parser, auto tool choice (whole session)."""
     return _session_servers.start("smol", "smollm2", TOOL_FLAGS)
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """tests/hostileserver.py in its own process group: (its URL, the file it records each request in)."""
+    hits = tmp_path_factory.mktemp("hostile") / "hits"
+    hits.touch()
+    proc = subprocess.Popen(
+        [sys.executable, str(TESTS / "hostileserver.py"), str(hits)],
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline().decode()
+    assert line.startswith("listening on "), line
+    try:
+        yield f"http://127.0.0.1:{int(line.split()[2])}", hits
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()

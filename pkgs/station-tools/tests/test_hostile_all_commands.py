@@ -32,7 +32,6 @@ import multiprocessing
 import os
 import resource
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -140,25 +139,6 @@ def fill(parser: argparse.ArgumentParser, base: str, scratch: Path) -> list[str]
 
 
 # ---- the server ------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def hostile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    hits = tmp_path_factory.mktemp("hostile") / "hits"
-    hits.touch()
-    proc = subprocess.Popen(
-        [sys.executable, str(TESTS / "hostileserver.py"), str(hits)],
-        stdout=subprocess.PIPE,
-        start_new_session=True,
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline().decode()
-    assert line.startswith("listening on "), line
-    try:
-        yield f"http://127.0.0.1:{int(line.split()[2])}", hits
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
 
 
 def _peak_rss(pid: int) -> int:

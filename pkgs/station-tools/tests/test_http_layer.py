@@ -13,10 +13,6 @@ the figures printed are the measured ones.
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,25 +27,6 @@ from vllm_station.preflight.pair import fetch_peer_stamp
 
 TESTS = Path(__file__).resolve().parent
 NEVER_S = 20.0  # the hostile servers here never stop: a request still open after this is unbounded
-
-
-@pytest.fixture(scope="module")
-def hostile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    hits = tmp_path_factory.mktemp("hostile") / "hits"
-    hits.touch()
-    proc = subprocess.Popen(
-        [sys.executable, str(TESTS / "hostileserver.py"), str(hits)],
-        stdout=subprocess.PIPE,
-        start_new_session=True,
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline().decode()
-    assert line.startswith("listening on "), line
-    try:
-        yield f"http://127.0.0.1:{int(line.split()[2])}", hits
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
 
 
 def _followed(hits: Path) -> list[str]:
