@@ -41,7 +41,7 @@ from typing import Any
 import pytest
 from day2.harness import Monitoring, Traffic, Webhook, render_monitoring
 from nixenv import CACHE, require_nix, require_tree, run_nix
-from system.common import API_KEY, TESTS, free_port, require_tools
+from system.common import API_KEY, TESTS, free_port, require_realvllm, require_tools
 from system.images import Registry, build_vllm_image
 from system.station import API_KEY_PATH, Rendered, Station, render, station_venv
 from system.store import show_derivations
@@ -103,11 +103,7 @@ def cal(hub: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Calendar
     require_nix()
     tree = require_tree("NIXOS_TREE", "nixos/lib/eval-config.nix", "the day2 tier (rendered units)")
     require_tools()
-    if not list(VENV.glob(".station-vllm-*")) or not (MODEL / "model.safetensors").exists():
-        message = f"no vLLM CPU venv at {VENV} or no model at {MODEL}: run scripts/setup-vllm and scripts/build-test-models"
-        if os.environ.get("STATION_REQUIRE_REALVLLM") == "1":
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message)
+    require_realvllm(VENV, MODEL)
     registry = Registry(CACHE / "system" / "registry", free_port())
     registry.start()
     station = None

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from nixenv import CACHE, REPO, require_nix, require_tree
-from system.common import FIGURES, free_port, require_tools
+from system.common import FIGURES, free_port, require_realvllm, require_tools
 from system.engine_log import EngineDeath, engine_death, machine_memory
 from system.images import Registry, build_vllm_image
 from system.machine import MachineError
@@ -35,11 +35,7 @@ def cpu_station(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Station]:
     require_nix()
     tree = require_tree("NIXOS_TREE", "nixos/lib/eval-config.nix", "the system tier (rendered units)")
     require_tools()
-    if not list(VENV.glob(".station-vllm-*")) or not (MODEL / "model.safetensors").exists():
-        message = f"no vLLM CPU venv at {VENV} or no model at {MODEL}: run scripts/setup-vllm and scripts/build-test-models"
-        if os.environ.get("STATION_REQUIRE_REALVLLM") == "1":
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message)
+    require_realvllm(VENV, MODEL)
     registry = Registry(CACHE / "system" / "registry", free_port())
     registry.start()
     station = None

@@ -89,3 +89,13 @@ def glm_checkpoint(directory: Path, *, shards: int, layers: int) -> None:
         num_attention_heads=64,
     )
     (directory / "config.json").write_text(json.dumps(config, indent=2))
+
+
+def require_realvllm(venv: Path, model: Path) -> None:
+    """vLLM's CPU build and the test model are there: else a skip naming the scripts that make them (a
+    failure with STATION_REQUIRE_REALVLLM=1, as scripts/check sets it once it has built them)."""
+    if not list(venv.glob(".station-vllm-*")) or not (model / "model.safetensors").exists():
+        message = f"no vLLM CPU venv at {venv} or no model at {model}: run scripts/setup-vllm and scripts/build-test-models"
+        if os.environ.get("STATION_REQUIRE_REALVLLM") == "1":
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
