@@ -39,6 +39,7 @@ PROBE_FILE = "/var/lib/vllm-station-metrics/station-probe.prom"
 MODEL_DIR = "/var/lib/vllm-station-models/glm53-flash"  # the glm53-flash preset
 FLASH_REPO = "nvidia/GLM-5.3-Flash-NVFP4"
 FLASH_REVISION = "9c1e0d2f4a6b8c0e1f3a5b7c9d1e3f5a7b9c0d2e"  # checks/examples/flash-station.nix
+REV_DIR = f"{MODEL_DIR}/revisions/{FLASH_REVISION}"  # the pinned revision's (contract.revisionDir)
 BASE = "http://127.0.0.1:8888"
 TEXTFILE = "/var/lib/vllm-station-metrics/station-watchdog.prom"
 # system-station.nix: interval 3 s, probe deadline 2 s, 2 verdicts -> restarted within 2 x 3 + 2 s
@@ -78,11 +79,12 @@ def station(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Station]:
         st = Station(
             rendered_units, Path(tmp_path_factory.mktemp("monitored")), "monitored", station_venv(CACHE)
         )
-        glm_checkpoint(st.work / "var" / MODEL_DIR.removeprefix("/var/"), shards=3, layers=12)
+        # verified in its revision's directory: the serving unit's start condition is that stamp
+        glm_checkpoint(st.work / "var" / REV_DIR.removeprefix("/var/"), shards=3, layers=12)
         st.boot(runtime="docker")
         m = st.machine
         m.write(API_KEY_PATH, API_KEY + "\n", mode=0o600)
-        m.run([str(st.station_bin / "station"), "verify", MODEL_DIR, "--repo", FLASH_REPO, "--revision", FLASH_REVISION],
+        m.run([str(st.station_bin / "station"), "verify", REV_DIR, "--repo", FLASH_REPO, "--revision", FLASH_REVISION],
               timeout=120)  # fmt: skip
         yield st
     finally:

@@ -175,9 +175,19 @@ class Machine:
         self.run(["install", "-D", "-m", f"{mode:o}", "/dev/stdin", path], input=text)
 
     def systemctl(self, *args: str, check: bool = True, timeout: float = 60) -> str:
-        return self.run(
-            ["systemctl", *args], check=check, timeout=timeout
-        ).stdout.strip()
+        try:
+            return self.run(["systemctl", *args], check=check, timeout=timeout).stdout.strip()
+        except MachineError as error:
+            # a failed start/stop/restart says why in the unit's journal, not in systemctl's output
+            units = [a for a in args[1:] if not a.startswith("-")] if args[:1] in (
+                ("start",), ("restart",), ("stop",), ("reload",)
+            ) else []
+            tails = [
+                f"---- journal of {u} (last 40 lines) ----\n"
+                + "\n".join(self.journal(u).splitlines()[-40:])
+                for u in units
+            ]
+            raise MachineError("\n".join([str(error), *tails])) from None
 
     def show(self, unit: str, *props: str) -> dict[str, str]:
         out = self.systemctl("show", unit, *(f"-p{p}" for p in props))
