@@ -225,14 +225,7 @@ PARSERS = {path: parser for path, parser in COMMANDS}
 
 # Cases that another layer of the same work fixes, each with what is wrong. Strict: once fixed there, the
 # unexpected pass fails here, and the entry goes.
-OTHER_LAYER = {
-    # max_model_len 10**12 is clamped to 16,777,216 tokens, but prompts that long still pass the RSS cap
-    (
-        "gates needle",
-        "huge-mml",
-    ): "input layer: a server's max_model_len still sizes prompts past the RSS cap",
-    ("golive", "huge-mml"): "input layer: a server's max_model_len still sizes prompts past the RSS cap",
-}
+OTHER_LAYER: dict[tuple[str, str], str] = {}
 PARAMS = [
     pytest.param(
         path,
