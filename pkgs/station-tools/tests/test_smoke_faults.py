@@ -502,3 +502,23 @@ def test_base_url_credentials_not_printed(srv: FaultServer, capsys: pytest.Captu
     out, err = capsys.readouterr()
     assert code == 0 and SECRET not in out + err
     assert out.splitlines()[0].startswith(f"station smoke  {srv.url}/v1  ")
+
+
+def test_tool_arguments_sent_as_an_object_are_refused(
+    srv: FaultServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The OpenAI API sends arguments as a JSON-encoded string; an object breaks clients that json.loads it,
+    so the smoke test does not pass a server that sends one (plain or streamed)."""
+    function = {"name": "get_weather", "arguments": {"location": "Paris"}}
+    call = {"id": "call_0", "type": "function", "function": function}
+    srv.route(*CHAT, tools_only(Reply(json=chat_completion(content=None, tool_calls=[call]))))
+    code, checks, _ = smoke(capsys, "--base-url", srv.url)
+    assert code == 1 and checks["tool_call"]["result"] == "fail"
+    assert "arguments is a JSON dict, not the JSON-encoded string" in str(checks["tool_call"]["reason"])
+
+    delta = {"tool_calls": [{"index": 0, **call}]}
+    event = {"choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
+    srv.route(*CHAT, stream_only(SseReply([json.dumps(event)])))
+    code, checks, _ = smoke(capsys, "--base-url", srv.url)
+    assert code == 1 and checks["tool_call_stream"]["result"] == "fail"
+    assert "arguments is a JSON dict, not the string fragment" in str(checks["tool_call_stream"]["reason"])

@@ -349,13 +349,20 @@ class ApiClient:
                 raise ProtocolError(f"{where}: tool_calls[{i}] is not an object", url=url)
             fn = _obj(c.get("function"))
             args = fn.get("arguments")
+            if args is not None and not isinstance(args, str):
+                # the OpenAI API sends a JSON-encoded string: a client that json.loads() it breaks on this
+                raise ProtocolError(
+                    f"{where}: tool_calls[{i}].function.arguments is a JSON {type(args).__name__}, not the "
+                    "JSON-encoded string the OpenAI API sends",
+                    url=url,
+                )
             calls.append(
                 ToolCall(
                     index=i,
                     id=_str_or_none(c.get("id")),
                     type=_str_or_none(c.get("type")),
                     name=_str_or_none(fn.get("name")),
-                    arguments=args if isinstance(args, str) else json.dumps(args) if args is not None else "",
+                    arguments=args or "",
                 )
             )
         return ChatResult(
@@ -704,6 +711,12 @@ class ApiClient:
             if not isinstance(c, dict):
                 raise StreamError(f"{where}: event {n}: delta.tool_calls[{i}] is not an object", url=url)
             fn = _obj(c.get("function"))
+            if fn.get("arguments") is not None and not isinstance(fn.get("arguments"), str):
+                raise StreamError(
+                    f"{where}: event {n}: delta.tool_calls[{i}].function.arguments is a JSON "
+                    f"{type(fn.get('arguments')).__name__}, not the string fragment the OpenAI API sends",
+                    url=url,
+                )
             idx = c.get("index", i)
             deltas.append(
                 ToolCallDelta(
