@@ -20,7 +20,7 @@ mode, counted apart, for "the first N" below):
 - redirect    302 to the same path under /followed~<prefix>/ — a client that follows shows up there;
 - echo        like ok, but the API key from the request (Authorization) is echoed in the model id, the
               answers and error bodies: literally, JSON-escaped, percent-encoded (every byte), split by a
-              line break.
+              line break, base64-encoded inside a longer text.
 
 Every request's "<prefix> <method> <path>" is appended to HITS_FILE (one line each), so a test can assert
 that nothing reached /followed~<prefix>/.
@@ -28,6 +28,7 @@ that nothing reached /followed~<prefix>/.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import socket
@@ -154,6 +155,7 @@ class Handler(socketserver.BaseRequestHandler):
                 percent,
                 key[:8] + "\n" + key[8:],
                 key[:8] + "\r\n " + key[8:],
+                base64.b64encode(b"user:" + key.encode()).decode(),  # inside a longer encoded text
             ]
             model = f"m-{key}"
             text = "echo: " + " | ".join(forms)

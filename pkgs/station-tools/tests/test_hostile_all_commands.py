@@ -27,6 +27,7 @@ space capped (RLIMIT_AS) and a wall deadline, PARALLEL runs at a time, and asser
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import multiprocessing
 import os
@@ -50,6 +51,8 @@ PARALLEL = 4  # runs at once: most of a run is waiting out a deadline
 AS_CAP = 3 * 1024**3  # address space of each run: an unbounded body reaches it within a second
 RSS_CAP = 256 * 1024**2  # peak resident memory of each run; a run past it is killed there
 KEY = "sk-hostile-0123456789abcdefXYZ"  # what --api-key-file holds; the echo server returns it
+# the echo server's base64 form (b64 of "user:" + KEY): characters made of the key's bits alone
+B64_CORE = base64.b64encode(b"user:" + KEY.encode()).decode()[8:-4]
 
 # the server's modes (hostileserver.py's docstring says what each does): hostile in every answer, so no
 # command can succeed against them; hostile in some answers only (streams, chat) or in content
@@ -215,9 +218,10 @@ def _run(argv: list[str], scratch: Path) -> tuple[int, str, str, float, int]:
 
 
 def _leaks(text: str) -> list[str]:
-    """The forms in which KEY shows in `text`: literal, percent-decoded, with whitespace removed."""
+    """The forms in which KEY shows in `text`: literal, percent-decoded, with whitespace removed, base64."""
     forms = {"literal": text, "percent-decoded": unquote(text), "split": "".join(text.split())}
-    return [name for name, t in forms.items() if KEY in t]
+    found = [name for name, t in forms.items() if KEY in t]
+    return found + ["base64"] * (B64_CORE in text)
 
 
 CASES = [(path, mode) for path, _ in COMMANDS for mode in (*EVERY_ANSWER, *SOME_ANSWERS)]

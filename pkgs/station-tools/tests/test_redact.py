@@ -8,6 +8,7 @@ offset across the 200-character cut of their error messages.
 
 from __future__ import annotations
 
+import base64
 import io
 import itertools
 import json
@@ -16,6 +17,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from faultserver import FaultServer, Reply, fake_openai_routes
@@ -114,6 +116,35 @@ def test_write_text_redacts_files(tmp_path: Path) -> None:
     assert KEY not in (tmp_path / "r.json").read_text()
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    before=st.binary(max_size=5),
+    after=st.binary(max_size=5),
+    urlsafe=st.booleans(),
+    wrap=st.integers(min_value=0, max_value=40),
+)
+def test_base64_forms_are_masked_at_every_alignment(
+    before: bytes, after: bytes, urlsafe: bool, wrap: int
+) -> None:
+    """The key base64-encoded inside a longer text (any bytes before it: each of the three alignments),
+    in either alphabet, wrapped by a line break as MIME does: no run of its own characters is left."""
+    redact.register(KEY)
+    encode = base64.urlsafe_b64encode if urlsafe else base64.b64encode
+    text = encode(before + KEY.encode() + after).decode()
+    text = text[:wrap] + "\n" + text[wrap:] if wrap < len(text) else text
+    out = redact.redact(f"echo: {text} end")
+    assert "***" in out
+    assert not any(form in "".join(out.split()) for form in redact.base64_forms(KEY)), out
+
+
+def test_basic_auth_of_a_url_password_is_masked() -> None:
+    """A URL's user:password reaches a server as `Authorization: Basic base64(user:password)`."""
+    split_base_url("http://operator:Hunter2Hunter2@127.0.0.1:8000")
+    header = "Basic " + base64.b64encode(b"operator:Hunter2Hunter2").decode()
+    out = redact.redact(f'{{"error": "bad credentials {header}"}}')
+    assert "***" in out and "SHVudGVy" not in out and "Hunter2" not in out, out
+
+
 # ---- the commands ------------------------------------------------------------------------------------
 
 
@@ -197,6 +228,28 @@ def test_url_password_not_in_debug_output_or_json(srv: FaultServer) -> None:
     )
     assert proc.returncode == 2 and "scheme must be http or https" in proc.stderr
     assert password not in proc.stderr
+
+
+def test_a_server_echoing_the_basic_auth_header_gets_it_masked() -> None:
+    """The server gives back the Authorization header the URL's credentials made: no form of the password,
+    base64 included, is printed."""
+    password = "Hunter2Hunter2"
+
+    def echo(req: Any) -> Reply:
+        return Reply(status=500, json={"error": {"message": f"denied: {req.headers.get('authorization')}"}})
+
+    with FaultServer({("GET", "/v1/models"): echo}) as server:
+        url = server.url.replace("http://", f"http://op:{password}@")
+        env = {k: v for k, v in os.environ.items() if k not in ("STATION_API_KEY", "OPENAI_API_KEY")}
+        proc = subprocess.run(
+            [sys.executable, "-m", "vllm_station", "smoke", "--base-url", url, "--json"],
+            env=env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        sent = [r.headers.get("authorization", "") for r in server.requests]
+    assert any(h.startswith("Basic ") for h in sent), sent  # the credentials went as Basic auth
+    shown = proc.stdout + proc.stderr
+    assert "denied: " in shown, shown[-2000:]
+    assert password not in shown and base64.b64encode(f"op:{password}".encode()).decode()[4:] not in shown
 
 
 def test_threads_writing_at_once_lose_no_line_and_leak_no_key() -> None:

@@ -8,7 +8,9 @@ the password of a `http://user:password@host` URL (and its percent-decoded form)
   escaped once or twice, `\\u00XX` in either case of hex), `\\xXX`, percent-encoded (either case, also
   double-encoded `%25XX`, `+` for a space), HTML character references (`&quot;`, `&#34;`, `&#x22;`), and
   split by whitespace or line breaks (literal or escaped as `\\n`, `%0A`, …) between any two of its
-  characters. Everything that shortens server text for a message (`api.sse.excerpt`, bench's failure
+  characters, and base64 (standard and URL-safe alphabets, at each of the three byte alignments, so the
+  secret is masked inside a longer encoded text too: `Authorization: Basic base64(user:password)`).
+  Everything that shortens server text for a message (`api.sse.excerpt`, bench's failure
   examples) redacts *before* cutting, so a secret that crosses the cut cannot leave a prefix behind.
 * `install()` (called by `station`'s `main`) wraps `sys.stdout` and `sys.stderr`: every line written to
   the terminal, a pipe or a log — tables, `--json`, logging records, `--debug`, tracebacks — passes through
@@ -23,6 +25,7 @@ message, so `load_api_key` and `split_base_url` refuse shorter keys and URL pass
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import io
 import os
@@ -37,7 +40,9 @@ MIN_SECRET_LEN = 8
 MAX_SPLIT = 16  # separator tokens (whitespace, escaped line breaks) allowed between two characters
 
 _lock = threading.Lock()
-_secrets: tuple[str, ...] = ()  # longest first, so a secret inside another is masked as the longer one
+_registered: tuple[str, ...] = ()  # what was registered (and its percent-decoded form)
+_secrets: tuple[str, ...] = ()  # those and their base64 forms, longest first (a secret inside another is
+# masked as the longer one)
 _patterns: tuple[re.Pattern[str], ...] = ()  # one per secret, same order
 _steps: tuple[tuple[re.Pattern[str], ...], ...] = ()  # per secret: one pattern per character (held tail)
 
@@ -94,37 +99,64 @@ def _char_forms(c: str) -> str:
     return f"(?:{escaped}|{_BS}{{0,8}}+(?:{'|'.join(plain)}))"
 
 
-def _compile(secret: str) -> tuple[re.Pattern[str], tuple[re.Pattern[str], ...]]:
-    chars = [_char_forms(c) for c in secret]
+def _base64_char(c: str) -> str:
+    """A base64 character as servers give it back: itself, `+` `/` `=` also percent-encoded (in a URL)."""
+    encoded = {"+": "2[bB]", "/": "2[fF]", "=": "3[dD]"}
+    return f"(?:{re.escape(c)}|%(?:25){{0,2}}{encoded[c]})" if c in encoded else re.escape(c)
+
+
+def _compile(secret: str, *, encoded: bool = False) -> tuple[re.Pattern[str], tuple[re.Pattern[str], ...]]:
+    """The pattern of `secret` in every form (a base64 form, `encoded`: itself, split by line breaks as
+    MIME wraps it, its `+/=` percent-encoded), and one pattern per character for the held tail."""
+    chars = [_base64_char(c) if encoded else _char_forms(c) for c in secret]
     steps = [chars[0], *(f"{_SEP}{c}" for c in chars[1:])]
     # every form of the first character starts with it, a backslash, `%`, `&` (or `+` for a space): a
     # lookahead the regex engine tests in one step at each position (7x faster on a long text)
     first = "[" + re.escape(secret[0]) + r"\\%&" + ("+" if secret[0] == " " else "") + "]"
-    return re.compile(f"(?={first})" + _SEP.join(chars)), tuple(re.compile(step) for step in steps)
+    if encoded:  # a base64 form starts with its literal first character (`+/=` aside): re's own prefix scan
+        first = "" if chars[0] == re.escape(secret[0]) else f"[{re.escape(secret[0])}%]"
+    lookahead = f"(?={first})" if first else ""
+    return re.compile(lookahead + _SEP.join(chars)), tuple(re.compile(step) for step in steps)
+
+
+def base64_forms(secret: str) -> set[str]:
+    """The base64 characters that encode `secret` whatever precedes it: for each of the three byte
+    alignments, the characters made of the secret's bits alone (the ones that share bits with a byte
+    before or after it differ from text to text), in the standard and the URL-safe alphabet."""
+    raw = secret.encode("utf-8")
+    out: set[str] = set()
+    for k in range(3):
+        enc = base64.b64encode(b"\0" * k + raw).decode("ascii")
+        core = enc[-(-8 * k // 6) : 8 * (k + len(raw)) // 6]
+        out |= {core, core.translate(str.maketrans("+/", "-_"))}
+    return out
 
 
 def register(secret: str | None) -> None:
-    """Mask `secret` (and its percent-decoded form) in everything printed from now on."""
-    global _secrets, _patterns, _steps
+    """Mask `secret` (its percent-decoded form, and their base64 forms) in everything printed from now on."""
+    global _registered, _secrets, _patterns, _steps
     if not secret:
         return
-    forms = {secret, unquote(secret)}
+    forms = {s for s in (secret, unquote(secret)) if len(s) >= MIN_SECRET_LEN}
     with _lock:
-        new = set(_secrets) | {s for s in forms if len(s) >= MIN_SECRET_LEN}
-        ordered = tuple(sorted(new, key=len, reverse=True))
-        compiled = [_compile(s) for s in ordered]
+        registered = set(_registered) | forms
+        encoded = {b for s in registered for b in base64_forms(s) if len(b) >= MIN_SECRET_LEN} - registered
+        ordered = tuple(sorted(registered | encoded, key=len, reverse=True))
+        compiled = [_compile(s, encoded=s in encoded) for s in ordered]
+        _registered = tuple(sorted(registered, key=len, reverse=True))
         _secrets, _patterns, _steps = ordered, tuple(p for p, _ in compiled), tuple(s for _, s in compiled)
 
 
 def forget_all() -> None:
     """Drop every registered secret (tests)."""
-    global _secrets, _patterns, _steps
+    global _registered, _secrets, _patterns, _steps
     with _lock:
-        _secrets, _patterns, _steps = (), (), ()
+        _registered, _secrets, _patterns, _steps = (), (), (), ()
 
 
 def secrets() -> tuple[str, ...]:
-    return _secrets
+    """The registered secrets (and their percent-decoded forms), longest first; base64 forms not listed."""
+    return _registered
 
 
 def redact(text: str) -> str:
