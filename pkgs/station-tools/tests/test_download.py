@@ -395,3 +395,39 @@ def test_a_stamp_that_cannot_be_removed_stops_the_download(hub: FakeHub, tmp_pat
     assert f"cannot remove {target / STAMP_NAME} before downloading over it" in r.stderr
     assert "Traceback" not in r.stderr
     assert not any(p.suffix == ".safetensors" for p in target.iterdir())
+
+
+@pytest.mark.parametrize("name", ["../escaped.json", "/etc/escaped.json", "a/./b.json", "a//b.json"])
+def test_a_listing_naming_a_path_outside_dir_fetches_nothing(
+    repo_files: dict[str, RepoFile], tmp_path: Path, name: str
+) -> None:
+    """hf_hub_download writes under --dir by the listed name: a hostile hub must not name `../`."""
+    files = {**repo_files, name: RepoFile(name, b"{}", lfs=False)}
+    target = tmp_path / "deep" / "model"
+    with FakeHub(HubState(repo=REPO, files=files)) as hub:
+        r = run_download(hub, tmp_path / "hf", target)
+        fetched = [q.path for q in hub.state.requests if "/resolve/" in q.path]
+    assert r.returncode == 1, r.stderr
+    assert f"the hub listed {name!r}: not a plain relative path; nothing was fetched" in r.stderr
+    assert fetched == [] and not (tmp_path / "deep" / "escaped.json").exists()
+    assert "Traceback" not in r.stderr
+
+
+def test_endpoint_option_names_the_hub(hub: FakeHub, tmp_path: Path) -> None:
+    """--endpoint names the hub (HF_ENDPOINT unset), a bad one exits 2; the token is never printed (a hub
+    echoing it: test_hostile_all_commands.py's echo server)."""
+    hub.state.token = "hf_right_token_value"
+    token = tmp_path / "token"
+    token.write_text("hf_wrong_token_value\n")
+    env = {k: v for k, v in hub_env(hub, tmp_path / "hf").items() if k != "HF_ENDPOINT"}
+    r = subprocess.run(
+        download_cmd(tmp_path / "model", "--endpoint", hub.url, "--token-file", str(token)),
+        capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert r.returncode == 1 and f"HTTP 401 from {hub.url}" in r.stderr, r.stderr
+    assert "hf_wrong_token_value" not in r.stdout + r.stderr
+    bad = subprocess.run(
+        download_cmd(tmp_path / "model", "--endpoint", "ftp://hub.example"),
+        capture_output=True, text=True, timeout=60, env=env,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "--endpoint" in bad.stderr and "http(s) URL" in bad.stderr

@@ -80,7 +80,7 @@ def http_commands() -> list[tuple[tuple[str, ...], argparse.ArgumentParser]]:
         top = cli.build_parser(only=name)
         (action,) = (a for a in top._actions if isinstance(a, argparse._SubParsersAction))
         for path, parser in _leaves(action.choices[name], (name,)):
-            if {"--base-url", "--url"} & {o for a in parser._actions for o in a.option_strings}:
+            if {"--base-url", "--url", "--endpoint"} & {o for a in parser._actions for o in a.option_strings}:
                 found.append((path, parser))
     return found
 
@@ -92,7 +92,7 @@ def test_the_table_yields_the_http_commands() -> None:
     """The discovery finds the commands known to talk HTTP (a floor, not the list: new ones add to it)."""
     names = {" ".join(p) for p, _ in COMMANDS}
     assert {"smoke", "wait-ready", "bench", "probe", "watchdog", "golive", "pair wait-worker"} <= names
-    assert {"gates tools", "gates agent", "gates needle"} <= names
+    assert {"gates tools", "gates agent", "gates needle", "download"} <= names
     assert "verify" not in names and "gates list" not in names
 
 
@@ -124,11 +124,19 @@ def fill(parser: argparse.ArgumentParser, base: str, scratch: Path) -> list[str]
         "--save-responses": str(scratch / "out" / "responses"),
         "--textfile-dir": str(scratch / "out" / "textfile"),
         "--json": str(scratch / "out" / "report.json"),  # where --json takes a value (bench)
+        "--endpoint": base,  # download: the hub
+        "--token-file": str(scratch / "key"),  # the hub's token: the echo server returns it
+        "--revision": "0" * 40,
+        "--dir": str(scratch / "out" / "model"),
     }
+    positional = {"repo": "org/model"}
     argv: list[str] = []
     for action in parser._actions:
         if not action.option_strings:
-            assert not action.required, f"a positional argument {action.dest!r}: add a way to fill it"
+            assert action.dest in positional or not action.required, (
+                f"a positional argument {action.dest!r}: add a way to fill it"
+            )
+            argv += [positional[action.dest]] if action.dest in positional else []
             continue
         name = next((o for o in action.option_strings if o in values), None)
         if name is None:

@@ -11,14 +11,20 @@ Order of work (each step fails with an operator message, nothing is marked verif
    Never printed.
 4. ``HF_HUB_OFFLINE=1``: nothing is fetched; a complete earlier download of that commit in DIR (checked
    against ``.station-hashes.json``) is verified, anything else is an error.
-5. ``model_info(files_metadata=True)`` lists the files with sizes and the LFS sha256 of every large file; the
-   disk-space check runs against those sizes (minus what is already complete in DIR) before a byte is fetched,
-   and the hub's hashes are written to ``DIR/.station-hashes.json`` for ``verify --sha256``.
+5. The revision's listing (``GET /api/models/REPO/revision/REV?blobs=true``, what huggingface_hub's
+   ``model_info(files_metadata=True)`` asks) gives the files with sizes and the LFS sha256 of every large
+   file. It is read through the package's HTTP layer (a 30 s total deadline, a 16 MiB body cap, a JSON depth
+   limit, no redirect followed; a proxy only from ``HTTPS_PROXY``/``NO_PROXY``), and every entry is checked:
+   a plain relative path, a size, a well-formed sha256. The disk-space check runs against those sizes (minus
+   what is already complete in DIR) before a byte is fetched, and the hub's hashes are written to
+   ``DIR/.station-hashes.json`` for ``verify --sha256``. The hub is ``--endpoint``, else ``$HF_ENDPOINT``.
 6. Files are fetched one by one with ``hf_hub_download(local_dir=DIR)`` (progress on stderr). Resuming: a
    connection that drops mid-file is resumed with an HTTP Range request by huggingface_hub (5 tries without
    progress); a rerun after an interruption skips every file already complete for that commit.
    (huggingface_hub 2.x discards a partial file when its process fails, so an interrupted file restarts
-   from its beginning.)
+   from its beginning.) The file bodies are huggingface_hub's own requests (and hf_xet's, in Rust), outside
+   the HTTP layer: they go to disk, not memory, the disk check bounds them by the listing, and step 7
+   checks every size (and, with ``--sha256``, every hash) against it.
 7. ``station verify`` runs with the expectations given; its stamp is the only proof of a usable checkpoint.
 """
 
@@ -39,8 +45,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, urlsplit
 
-from vllm_station import bounded, checkpoint_args
+import httpx
+
+from vllm_station import bounded, checkpoint_args, redact
+from vllm_station.api.sse import excerpt
+from vllm_station.api.transport import RedirectRefused, SyncHttp, TooLarge, proxy_from_environment
 from vllm_station.checkpoint.hashes import HashRecord, RecordedFile, read_hash_record, write_hash_record
 from vllm_station.checkpoint.layout import CONFIG_NAME, INDEX_NAME, QUANT_CONFIG_NAME
 from vllm_station.checkpoint.stamp import STAMP_NAME, remove_stamp
@@ -59,7 +70,8 @@ log = logging.getLogger("vllm_station.download")
 COMMIT_RE = re.compile(r"[0-9a-f]{40}")
 ALWAYS = (CONFIG_NAME, INDEX_NAME, QUANT_CONFIG_NAME)  # verify needs them whatever --include says
 HEADROOM_BYTES = 16 * 1024 * 1024  # free space kept beyond the files themselves
-API_TIMEOUT_S = 30.0
+API_TIMEOUT_S = 30.0  # the whole listing request (the HTTP layer's total deadline)
+LISTING_LIMIT = 16 * 1024 * 1024  # one revision's file listing: ~300 bytes a file
 ETAG_TIMEOUT_S = 30.0
 
 
@@ -108,6 +120,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--token-file", type=Path, metavar="F", help="file holding the hub token (else $HF_TOKEN)"
     )
     parser.add_argument(
+        "--endpoint", type=_endpoint, default=None, metavar="URL",
+        help="the hub (default $HF_ENDPOINT, else https://huggingface.co)",
+    )  # fmt: skip
+    parser.add_argument(
         "--allow-branch",
         action="store_true",
         help="accept a branch/tag: resolve it to a commit now and record it",
@@ -124,6 +140,20 @@ def _truthy(value: str | None) -> bool:
     return (value or "").strip().upper() in {"1", "ON", "YES", "TRUE"}
 
 
+def _endpoint(text: str) -> str:
+    """--endpoint: an http(s) URL (parsed when the command line is: a bad one exits 2)."""
+    try:
+        parts = urlsplit(text.strip())
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a URL ({exc})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise argparse.ArgumentTypeError(f"{text!r}: give an http(s) URL, e.g. https://huggingface.co")
+    if parts.password is not None:
+        redact.register(parts.password)
+    return text.strip().rstrip("/")
+
+
 def read_token(token_file: Path | None) -> tuple[str | None, str]:
     """(token, where it came from) — the token itself is never logged or printed."""
     if token_file is not None:
@@ -135,9 +165,11 @@ def read_token(token_file: Path | None) -> tuple[str | None, str]:
         token = lines[0].strip() if lines else ""
         if not token:
             raise UsageError(f"--token-file {token_file} is empty")
+        redact.register(token)  # a hub that echoes it gets it masked, as the API key is
         return token, f"from --token-file {token_file}"
     env = os.environ.get("HF_TOKEN", "").strip()
     if env:
+        redact.register(env)
         return env, "from $HF_TOKEN"
     return None, "none given: only huggingface_hub's stored login, if any, was sent"
 
@@ -214,6 +246,31 @@ def _status_of(exc: BaseException) -> int | None:
     return status if isinstance(status, int) else None
 
 
+def _hub_answer(status: int | None, *, revision_missing: bool, repo_missing: bool, gated: bool,
+                entry_missing: bool, first: str, repo: str, revision: str, endpoint: str, token_origin: str,
+                what: str) -> StationError | None:  # fmt: skip
+    """The operator message for an HTTP answer of the hub (one wording, whoever read the answer)."""
+    if revision_missing:
+        return DownloadFailed(
+            f"revision {revision} not found in {repo} (HTTP {status or 404} from {endpoint}): "
+            "check the commit id on the repository's history page"
+        )
+    if status in (401, 403) or gated:
+        return DownloadFailed(
+            f"HTTP {status} from {endpoint} for {repo} ({what}): the token ({token_origin}) is missing, "
+            "invalid or has no access; for a gated model accept its license on the hub, pass --token-file"
+        )
+    if repo_missing:
+        return DownloadFailed(
+            f"repository {repo} not found (HTTP {status or 404} from {endpoint}): check the name"
+        )
+    if status == 404 and entry_missing:
+        return DownloadFailed(f"{what}: not found at {revision} (HTTP {status or 404}); the listing changed?")
+    if status is not None:
+        return DownloadFailed(f"HTTP {status} from {endpoint} ({what}): {first}")
+    return None
+
+
 def hub_error(exc: BaseException, *, repo: str, revision: str, endpoint: str, token_origin: str,
               what: str) -> StationError:  # fmt: skip
     """Turn a huggingface_hub / network exception into one operator message.
@@ -229,25 +286,15 @@ def hub_error(exc: BaseException, *, repo: str, revision: str, endpoint: str, to
         return bool(classes) and isinstance(exc, classes)
 
     status = _status_of(exc)
-    if kind("RevisionNotFoundError"):
-        return DownloadFailed(
-            f"revision {revision} not found in {repo} (HTTP {status or 404} from {endpoint}): "
-            "check the commit id on the repository's history page"
-        )
-    if status in (401, 403) or kind("GatedRepoError"):
-        return DownloadFailed(
-            f"HTTP {status} from {endpoint} for {repo} ({what}): the token ({token_origin}) is missing, "
-            "invalid or has no access; for a gated model accept its license on the hub, pass --token-file"
-        )
-    if kind("RepositoryNotFoundError"):
-        return DownloadFailed(
-            f"repository {repo} not found (HTTP {status or 404} from {endpoint}): check the name"
-        )
-    if status == 404 and kind("RemoteEntryNotFoundError", "EntryNotFoundError"):
-        return DownloadFailed(f"{what}: not found at {revision} (HTTP {status or 404}); the listing changed?")
-    if kind("HfHubHTTPError"):
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return DownloadFailed(f"HTTP {status} from {endpoint} ({what}): {first}")
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    answer = _hub_answer(
+        status if kind("HfHubHTTPError") or status in (401, 403) else None,
+        revision_missing=kind("RevisionNotFoundError"), repo_missing=kind("RepositoryNotFoundError"),
+        gated=kind("GatedRepoError"), entry_missing=kind("RemoteEntryNotFoundError", "EntryNotFoundError"),
+        first=first, repo=repo, revision=revision, endpoint=endpoint, token_origin=token_origin, what=what,
+    )  # fmt: skip
+    if answer is not None:
+        return answer
     if kind("OfflineModeIsEnabled"):
         return DownloadFailed(f"{what}: HF_HUB_OFFLINE is set for huggingface_hub: {exc}")
     mod = type(exc).__module__
@@ -267,22 +314,75 @@ def _interrupted(directory: Path, f: HubFile, done: int, total: int, exc: BaseEx
     )
 
 
-def list_hub_files(api: Any, repo: str, revision: str) -> tuple[str, list[HubFile]]:
-    info = api.model_info(repo, revision=revision, files_metadata=True, timeout=API_TIMEOUT_S)
-    if not info.sha:
+def list_hub_files(
+    endpoint: str, repo: str, revision: str, token: str | None, token_origin: str
+) -> tuple[str, list[HubFile]]:
+    """The revision's commit and files: `GET /api/models/{repo}/revision/{rev}?blobs=true` (what
+    `HfApi.model_info(files_metadata=True)` asks), read through the HTTP layer — a total deadline, a cap on
+    the body and on its nesting, no redirect followed — and every entry checked before anything is fetched."""
+    if token is None:  # huggingface_hub's stored login, as hf_hub_download sends it
+        from huggingface_hub import get_token
+
+        token = get_token()
+    what = "listing the files"
+    url = f"{endpoint}/api/models/{repo}/revision/{quote(revision, safe='')}?blobs=true"
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        with (
+            SyncHttp(headers=headers, proxy=proxy_from_environment(url)) as http,
+            http.stream("GET", url, timeout=API_TIMEOUT_S) as resp,
+        ):
+            status, code = resp.status_code, resp.headers.get("x-error-code", "")
+            message = resp.headers.get("x-error-message", "")
+            body = resp.read(LISTING_LIMIT)
+    except (RedirectRefused, TooLarge) as exc:
+        raise DownloadFailed(f"{what} of {repo}@{revision} at {endpoint}: {exc}") from None
+    except httpx.HTTPError as exc:
+        raise Unreachable(
+            f"cannot reach the hub at {endpoint} ({what}): {type(exc).__name__}: {exc}"
+        ) from None
+    if status != 200:
+        first = excerpt(message or body.decode(errors="replace"))
+        answer = _hub_answer(
+            status, revision_missing=code == "RevisionNotFound", repo_missing=code == "RepoNotFound",
+            gated=code == "GatedRepo", entry_missing=False, first=first,
+            repo=repo, revision=revision, endpoint=endpoint, token_origin=token_origin, what=what,
+        )  # fmt: skip
+        assert answer is not None
+        raise answer
+    try:
+        info = bounded.loads_json(body)
+    except ValueError as exc:
+        raise DownloadFailed(f"{what}: the hub's answer is not JSON ({exc})") from None
+    sha = info.get("sha") if isinstance(info, dict) else None
+    if not isinstance(sha, str) or not COMMIT_RE.fullmatch(sha):
         raise DownloadFailed(f"the hub returned no commit id for {repo}@{revision}")
-    files: list[HubFile] = []
-    for s in info.siblings or []:
-        lfs = s.lfs
-        size = s.size if s.size is not None else (lfs.size if lfs is not None else None)
-        if size is None:
-            raise DownloadFailed(f"the hub reported no size for {s.rfilename}: cannot check disk space")
-        files.append(
-            HubFile(path=s.rfilename, size=int(size), sha256=lfs.sha256 if lfs else None, blob_id=s.blob_id)
-        )
-    if not files:
+    siblings = info.get("siblings")
+    if not isinstance(siblings, list) or not siblings:
         raise DownloadFailed(f"{repo}@{revision} lists no files")
-    return str(info.sha), files
+    return sha, [_hub_file(entry) for entry in siblings]
+
+
+def _hub_file(entry: Any) -> HubFile:
+    """One entry of the listing, refused unless it is a plain relative path with a size (a hostile hub must
+    not name `../` or an absolute path: hf_hub_download writes under --dir by that name)."""
+    name = entry.get("rfilename") if isinstance(entry, dict) else None
+    if not isinstance(name, str) or not name or len(name) > 1024:
+        raise DownloadFailed(f"the hub listed an entry without a file name: {excerpt(str(entry))}")
+    parts = name.split("/")
+    if name.startswith("/") or "\\" in name or any(p in ("", ".", "..") for p in parts) or "\0" in name:
+        raise DownloadFailed(f"the hub listed {name!r}: not a plain relative path; nothing was fetched")
+    lfs = entry.get("lfs") if isinstance(entry.get("lfs"), dict) else None
+    size = entry.get("size")
+    if size is None and lfs is not None:
+        size = lfs.get("size")
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        raise DownloadFailed(f"the hub reported no size for {name}: cannot check disk space")
+    sha256 = lfs.get("sha256") if lfs is not None else None
+    if sha256 is not None and not (isinstance(sha256, str) and re.fullmatch(r"[0-9a-f]{64}", sha256)):
+        raise DownloadFailed(f"the hub listed {name} with a malformed sha256: {excerpt(str(sha256))}")
+    blob = entry.get("blobId")
+    return HubFile(path=name, size=size, sha256=sha256, blob_id=blob if isinstance(blob, str) else None)
 
 
 def offline(args: argparse.Namespace, directory: Path) -> tuple[str, int]:
@@ -344,17 +444,11 @@ def run(args: argparse.Namespace) -> int:
         )  # fmt: skip
         return _finish(args, report, expect, started)
 
-    from huggingface_hub import HfApi, hf_hub_download
+    from huggingface_hub import hf_hub_download
 
-    endpoint = (os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
-    api = HfApi(endpoint=endpoint, token=token)
+    endpoint = args.endpoint or (os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
     ctx = {"repo": args.repo, "revision": args.revision, "endpoint": endpoint, "token_origin": token_origin}
-    try:
-        commit, listed = list_hub_files(api, args.repo, args.revision)
-    except StationError:
-        raise
-    except Exception as exc:
-        raise hub_error(exc, what="listing the files", **ctx) from exc
+    commit, listed = list_hub_files(endpoint, args.repo, args.revision, token, token_origin)
     if COMMIT_RE.fullmatch(args.revision) and commit != args.revision:
         raise DownloadFailed(f"asked for commit {args.revision}, the hub answered with {commit}")
     if commit != args.revision:

@@ -27,10 +27,12 @@ import json
 import ssl
 import time
 import typing
+import urllib.request
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import httpcore
@@ -249,7 +251,10 @@ class SyncHttp:
         verify: ssl.SSLContext | bool = True,
         limits: Limits = LIMITS,
         transport: httpx.BaseTransport | None = None,
+        proxy: str | None = None,
     ) -> None:
+        """`proxy`: only for a server outside the station (the Hub, see `proxy_from_environment`); its
+        requests keep the body caps and the deadline checked between reads, not inside them."""
         self.limits = limits
         self._deadline = _Deadline()
         self._client = httpx.Client(
@@ -257,6 +262,7 @@ class SyncHttp:
             trust_env=False,
             follow_redirects=False,
             transport=transport if transport is not None else _Transport(verify, self._deadline),
+            proxy=proxy,
         )
 
     def __enter__(self) -> SyncHttp:
@@ -309,6 +315,15 @@ class SyncHttp:
         """(status, body) of one request, the body at most `limit` bytes (else `TooLarge`)."""
         with self.stream(method, url, timeout=timeout) as resp:
             return resp.status_code, resp.read(limit)
+
+
+def proxy_from_environment(url: str) -> str | None:
+    """The proxy the environment sets for `url` (`HTTPS_PROXY`, `HTTP_PROXY`, `NO_PROXY`), for the one
+    server outside the station the tools talk to: the Hub. The station's own servers never go through one."""
+    parts = urlsplit(url)
+    if parts.hostname and urllib.request.proxy_bypass(parts.hostname):
+        return None
+    return urllib.request.getproxies().get(parts.scheme)
 
 
 # ---- the async client (aiohttp) ------------------------------------------------------------------
