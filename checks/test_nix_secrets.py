@@ -110,7 +110,11 @@ def test_every_unit_loads_the_managers_file_after_its_check(name: str) -> None:
     assert _values(units["vllm-station-probe.service"], "LoadCredential") == [f"api-key:{key}"]
     assert _values(units["vllm-station-golive.service"], "LoadCredential") == [f"api-key:{key}"]
     assert f'"--api-key-file" "{key}"' in units["vllm-station-watchdog.service"]
-    for unit in [*KEY_UNITS, "vllm-station-gateway-keys"]:
+    # the download unit loads the hub token as a credential, checked the same way
+    token = f"{SECRETS_PATH[manager]}/hf-token"
+    download = units["vllm-station-download-glm53-flash.service"]
+    assert _values(download, "LoadCredential") == [f"hf-token:{token}"]
+    for unit in [*KEY_UNITS, "vllm-station-gateway-keys", "vllm-station-download-glm53-flash"]:
         text = units[f"{unit}.service"]
         check = f"vllm-station-secrets@{unit}.service"
         assert check in _values(text, "Requires"), f"{unit} does not require {check}"
@@ -150,7 +154,10 @@ def test_the_rendered_manifest_names_the_option_and_the_file_when_one_is_missing
     manifest = tmp_path / "secrets.json"
     manifest.write_text(v["manifest"])
     read = secrets.read_manifest(manifest)
-    assert sorted(read) == sorted([*KEY_UNITS, "vllm-station-gateway-keys"])
+    assert sorted(read) == sorted([*KEY_UNITS, "vllm-station-gateway-keys", "vllm-station-download-glm53-flash"])
+    assert {(s.option, s.path) for s in read["vllm-station-download-glm53-flash"]} == {
+        ("services.vllm-station.download.models.glm53-flash.tokenFile", f"{SECRETS_PATH[manager]}/hf-token")
+    }
     assert {(s.option, s.path) for s in read["vllm-station"]} == {
         (KEY_OPTION, f"{SECRETS_PATH[manager]}/vllm-api-key")
     }

@@ -367,6 +367,17 @@ let
     utils.escapeSystemdExecArgs (commandFor m)
     + lib.optionalString (fromHub m && m.tokenFile != null) " --token-file %d/hf-token";
 
+  # The hub token, checked before the unit loads it (modules/secrets.nix): a missing file names this
+  # option, not 243/CREDENTIALS.
+  tokenSecrets =
+    name: m:
+    lib.optional (fromHub m && m.tokenFile != null) {
+      option = "services.vllm-station.download.models.${name}.tokenFile";
+      path = m.tokenFile;
+    };
+  secretsCheckFor =
+    name: m: lib.optional (tokenSecrets name m != [ ]) (contract.secretsCheckUnit (unitName name));
+
   unitFor = name: m: {
     description = "vllm-station: ${
       if m.copyFrom != null then
@@ -377,7 +388,8 @@ let
         "download and verify"
     } ${m.model} (${name})";
     wants = lib.optional (!m.verifyOnly) "network-online.target";
-    after = lib.optional (!m.verifyOnly) "network-online.target";
+    after = lib.optional (!m.verifyOnly) "network-online.target" ++ secretsCheckFor name m;
+    requires = secretsCheckFor name m;
     # `station copy` runs rsync (the unit's PATH holds coreutils, findutils, grep, sed and systemd).
     path = lib.optional (m.copyFrom != null) pkgs.rsync;
     # Bounded retries: a flaky link gets `retries` tries an hour, then the unit stays failed.
@@ -595,6 +607,10 @@ in
       systemd.services = lib.mapAttrs' (
         name: m: lib.nameValuePair (unitName name) (unitFor name m)
       ) enabledModels;
+
+      services.vllm-station.secrets.units = lib.mapAttrs' (
+        name: m: lib.nameValuePair (unitName name) (tokenSecrets name m)
+      ) (lib.filterAttrs (name: m: tokenSecrets name m != [ ]) enabledModels);
 
       # The checkpoint directories must exist (owned by the download user, readable by the serving
       # unit) before the sandbox mounts them writable.

@@ -39,11 +39,13 @@ let
           vllm-api-key = { };
           gateway-alice = { };
           gateway-ops = { };
+          hf-token = { };
         };
       };
       services.vllm-station.serve.apiKeyFile = lib.mkForce config.sops.secrets.vllm-api-key.path;
       services.vllm-station.gateway.keys.alice.file = lib.mkForce config.sops.secrets.gateway-alice.path;
       services.vllm-station.gateway.keys.ops.file = lib.mkForce config.sops.secrets.gateway-ops.path;
+      services.vllm-station.download.models.glm53-flash.tokenFile = config.sops.secrets.hf-token.path;
     };
   agenix =
     { config, ... }:
@@ -54,10 +56,12 @@ let
         vllm-api-key.file = "/etc/station-secrets/vllm-api-key.age";
         gateway-alice.file = "/etc/station-secrets/gateway-alice.age";
         gateway-ops.file = "/etc/station-secrets/gateway-ops.age";
+        hf-token.file = "/etc/station-secrets/hf-token.age";
       };
       services.vllm-station.serve.apiKeyFile = lib.mkForce config.age.secrets.vllm-api-key.path;
       services.vllm-station.gateway.keys.alice.file = lib.mkForce config.age.secrets.gateway-alice.path;
       services.vllm-station.gateway.keys.ops.file = lib.mkForce config.age.secrets.gateway-ops.path;
+      services.vllm-station.download.models.glm53-flash.tokenFile = config.age.secrets.hf-token.path;
     };
   # Their own units instead of activation scripts: what both do with systemd-sysusers.
   sysusers = {
@@ -72,6 +76,7 @@ let
     "vllm-station-probe.service"
     "vllm-station-watchdog.service"
     "vllm-station-golive.service"
+    "vllm-station-download-glm53-flash.service"
     "vllm-station-secrets@.service"
   ];
 
