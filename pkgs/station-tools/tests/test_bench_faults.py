@@ -43,7 +43,7 @@ SHORT = ["sweep", "-c", "1", "--warmup", "0", "--requests", "1", "--no-progress"
 HTML = "<!doctype html><html><body><h1>Sign in</h1></body></html>"
 
 DISCOVERY: dict[str, tuple[Answer, int, list[str]]] = {
-    "401": (Reply(status=401, json={"error": "no key"}), 1, ["HTTP 401", "API key"]),
+    "401": (Reply(status=401, json={"error": "no key"}), 1, ["HTTP 401", "API key and none was sent"]),
     "403": (Reply(status=403, json={"error": "bad key"}), 1, ["HTTP 403", "refused"]),
     "429": (
         Reply(status=429, json={"error": "slow down"}, headers={"Retry-After": "7"}),

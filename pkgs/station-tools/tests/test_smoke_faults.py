@@ -213,8 +213,23 @@ def test_401_with_key_masks_echoed_key(
     assert code == 1 and results(checks) == ["fail", "skip", "skip", "skip"]
     reason = str(checks["models"]["reason"])
     assert "HTTP 401 Unauthorized" in reason and "Bearer ***" in reason and "--api-key-file" in reason
+    assert "refused the API key that was sent" in reason and "none was sent" not in reason
     assert checks["chat"]["reason"] == "not run: the models check failed"
     assert SECRET not in json.dumps(checks) + err
+
+
+def test_401_without_a_key_says_none_was_sent(
+    srv: FaultServer, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A missing key and a wrong key are different fixes: the hint says which one it was."""
+    monkeypatch.delenv("STATION_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    srv.route("GET", "/v1/models", Reply(status=401, json={"error": "Unauthorized"}))
+    code, checks, _ = smoke(capsys, "--base-url", srv.url)
+    assert "authorization" not in srv.requests[-1].headers
+    reason = str(checks["models"]["reason"])
+    assert code == 1 and "none was sent: pass --api-key-file FILE or set STATION_API_KEY" in reason
+    assert "refused the API key" not in reason
 
 
 def test_403_and_404(srv: FaultServer, capsys: pytest.CaptureFixture[str]) -> None:

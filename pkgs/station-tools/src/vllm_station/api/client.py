@@ -212,12 +212,25 @@ def _error_text(body: str) -> str:
     return body
 
 
-# What to do about an HTTP status, for operators (also bench's model discovery).
+# What to do about an HTTP status, for operators (also bench's model discovery): `status_hint`.
 STATUS_HINTS = {
-    401: "the server wants an API key: pass --api-key-file FILE or set STATION_API_KEY",
     403: "the API key was refused: check --api-key-file / STATION_API_KEY",
     404: "wrong base URL or model name? (the server root or its /v1 URL both work)",
 }
+
+
+def status_hint(status: int, *, key_sent: bool) -> str:
+    """What to do about `status`; a 401 says whether a key was sent (a wrong key is not a missing one)."""
+    if status == 401:
+        if key_sent:
+            return (
+                "the server refused the API key that was sent (from --api-key-file or STATION_API_KEY): "
+                "it is not the server's key, or a rotated one"
+            )
+        return (
+            "the server wants an API key and none was sent: pass --api-key-file FILE or set STATION_API_KEY"
+        )
+    return STATUS_HINTS.get(status, "")
 
 
 class ApiClient:
@@ -628,7 +641,7 @@ class ApiClient:
         except ValueError:
             phrase = ""
         detail = excerpt(_error_text(text), 200) or "(empty body)"
-        hint = STATUS_HINTS.get(status) or (
+        hint = status_hint(status, key_sent=self._key is not None) or (
             "the server failed: see its log (journalctl -u vllm-station)" if status >= 500 else ""
         )
         msg = f"{where} at {url}: HTTP {status}{' ' + phrase if phrase else ''}: {detail}"

@@ -55,6 +55,7 @@ class BenchClient:
         headers = {**BASE_HEADERS, "Content-Type": "application/json", "Accept": "text/event-stream"}
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
+        self.key_sent = bool(api_key)
         self.headers = headers
         self.tls = tls_context(ca_file) if self.base_url.startswith("https:") else None
         self.wire = WireClient(self.base_url, path, headers, timeout, max_body=max_body, tls=self.tls)

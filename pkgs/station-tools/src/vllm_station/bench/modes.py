@@ -28,7 +28,7 @@ from typing import Any
 import aiohttp
 
 from vllm_station import argtypes, bounded
-from vllm_station.api.client import STATUS_HINTS
+from vllm_station.api.client import status_hint
 from vllm_station.api.sse import excerpt
 from vllm_station.api.transport import is_redirect, redirect_message
 from vllm_station.bench import expect as expect_mod
@@ -209,7 +209,7 @@ async def _discover_model(client: BenchClient) -> str:
         where = got.location and excerpt(got.location, 200)
         raise StationError(f"{url}: {redirect_message(got.status, where)}")
     if got.status != 200:  # it answered: not unreachable (a 401 is the key, a 429 the rate)
-        hint = STATUS_HINTS.get(got.status) or (RATE_HINT if got.status == 429 else "")
+        hint = status_hint(got.status, key_sent=client.key_sent) or (RATE_HINT if got.status == 429 else "")
         if got.status == 429 and got.retry_after:
             hint += f" (Retry-After: {excerpt(got.retry_after, 40)})"
         reason = excerpt(got.reason, 80)
