@@ -236,7 +236,13 @@ def test_chat_without_choices(srv: FaultServer) -> None:
 
 def test_not_http_at_all(srv: FaultServer) -> None:
     srv.route("GET", "/v1/models", RawReply(b"SSH-2.0-OpenSSH_9.6\r\n"))
-    with ApiClient(srv.url, timeout=5) as api, pytest.raises(ProtocolError, match="broke mid-answer"):
+    with ApiClient(srv.url, timeout=5) as api, pytest.raises(ProtocolError, match="not an HTTP server"):
+        api.models()
+
+
+def test_not_http_with_a_full_head(srv: FaultServer) -> None:
+    srv.route("GET", "/v1/models", RawReply(b"-ERR unknown command 'GET'\r\n\r\n"))  # Redis, say
+    with ApiClient(srv.url, timeout=5) as api, pytest.raises(ProtocolError, match=r"no HTTP answer .* port"):
         api.models()
 
 

@@ -256,7 +256,7 @@ def test_connection_dropped(srv: FaultServer, capsys: pytest.CaptureFixture[str]
     assert (
         code == 1
         and checks["chat"]["result"] == "fail"
-        and "broke mid-answer" in str(checks["chat"]["reason"])
+        and "closed before any answer" in str(checks["chat"]["reason"])
     )
 
 

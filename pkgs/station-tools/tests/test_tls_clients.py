@@ -3,11 +3,15 @@ TLS server (the simulator behind a certificate signed by a CA made here with ope
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
+import socket
 import ssl
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -62,7 +66,41 @@ def test_smoke_and_wait_ready_with_the_ca(tls_sim: SimServer, pki: Path) -> None
 def test_without_the_ca_the_handshake_fails_clearly(tls_sim: SimServer) -> None:
     r = station("smoke", "--base-url", tls_sim.base_url, "--timeout", "10")
     assert r.returncode == 3 and "Traceback" not in r.stderr
-    assert "TLS handshake failed" in r.stdout and "--ca-file" in r.stdout
+    assert "TLS handshake failed" in r.stdout and "the certificate is not trusted" in r.stdout
+    assert "--ca-file" in r.stdout and "plain http" not in r.stdout
+
+
+def test_https_to_a_plain_http_port_says_so() -> None:
+    """https:// to a port that speaks plain http: the fix is http://, not a CA bundle."""
+    with SimServer(SimConfig(ttft=0.01, itl=0.001, output_len=8)) as plain:
+        url = plain.base_url.replace("http://", "https://")
+        r = station("smoke", "--base-url", url, "--timeout", "10")
+    assert r.returncode == 3 and "Traceback" not in r.stderr
+    assert "that port speaks plain http, not TLS: use http://" in r.stdout, r.stdout
+    assert "--ca-file" not in r.stdout
+
+
+def test_a_port_that_is_not_http_says_so() -> None:
+    """A port that answers with something else (an SSH banner, then a close): the message asks whether the
+    port is an HTTP server, not "broke mid-answer"."""
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen()
+        port = srv.getsockname()[1]
+
+        def banner() -> None:
+            with contextlib.suppress(OSError):
+                while True:
+                    conn, _ = srv.accept()
+                    with conn:
+                        conn.sendall(b"SSH-2.0-OpenSSH_9.2p1 Debian-2\r\n")  # an SSH server's first line
+                        conn.recv(65536)  # the request, read: the close is then a FIN, not a reset
+                        time.sleep(1)
+
+        threading.Thread(target=banner, daemon=True).start()
+        r = station("smoke", "--base-url", f"http://127.0.0.1:{port}", "--timeout", "10")
+    assert r.returncode in (1, 3) and "Traceback" not in r.stderr
+    assert "closed before any answer" in r.stdout and "not an HTTP server?" in r.stdout, r.stdout
 
 
 def test_bench_over_https_with_the_ca(tls_sim: SimServer, pki: Path, tmp_path: Path) -> None:

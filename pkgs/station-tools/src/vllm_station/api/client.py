@@ -233,6 +233,26 @@ def status_hint(status: int, *, key_sent: bool) -> str:
     return STATUS_HINTS.get(status, "")
 
 
+# OpenSSL's reasons when the other end does not speak TLS at all (a plain-http port asked for https)
+_NOT_TLS = frozenset(
+    {"WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG", "HTTP_REQUEST"}
+)
+
+
+def _tls_failure(err: ssl.SSLError) -> str:
+    """What a failed TLS handshake means, with the fix: a plain-http port, or a certificate not trusted."""
+    reason = str(err.reason or "")
+    if reason in _NOT_TLS or "wrong version number" in str(err):
+        return f"TLS handshake failed ({reason or err}) — that port speaks plain http, not TLS: use http://"
+    if isinstance(err, ssl.SSLCertVerificationError) or reason == "CERTIFICATE_VERIFY_FAILED":
+        detail = getattr(err, "verify_message", None) or reason
+        return (
+            f"TLS handshake failed ({detail}) — the certificate is not trusted: "
+            "a private CA? pass --ca-file FILE"
+        )
+    return f"TLS handshake failed ({reason or err})"
+
+
 class ApiClient:
     """Synchronous OpenAI-compatible client. See the module docstring."""
 
@@ -622,9 +642,7 @@ class ApiClient:
                 msg = f"{at}: cannot resolve host {host!r} (DNS: {root.strerror or root})"
                 return ApiUnreachable(self._redact(msg), kind="dns", url=url)
             if isinstance(root, ssl.SSLError):
-                detail = getattr(root, "verify_message", None) or root.reason or str(root)
-                msg = f"{at}: TLS handshake failed ({detail}) — a private CA? pass --ca-file FILE"
-                return ApiUnreachable(self._redact(msg), kind="tls", url=url)
+                return ApiUnreachable(self._redact(f"{at}: {_tls_failure(root)}"), kind="tls", url=url)
             if isinstance(root, ConnectionRefusedError):
                 msg = f"{at}: connection refused — nothing listens there; is vLLM running on that port?"
                 return ApiUnreachable(self._redact(msg), kind="refused", url=url)
@@ -632,6 +650,15 @@ class ApiClient:
             return ApiUnreachable(self._redact(f"{at}: cannot connect ({detail})"), kind="connect", url=url)
         if isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError):
             detail = str(exc) or type(exc).__name__
+            if "illegal status line" in detail:  # another protocol's banner on that port
+                msg = f"{at}: no HTTP answer ({excerpt(detail, 120)}) — is that port an HTTP server?"
+                return ProtocolError(self._redact(msg), url=url)
+            if "without sending a response" in detail:
+                msg = (
+                    f"{at}: the connection closed before any answer ({detail}) — the server crashed, or "
+                    "that port is not an HTTP server?"
+                )
+                return ProtocolError(self._redact(msg), url=url)
             return ProtocolError(self._redact(f"{at}: the connection broke mid-answer ({detail})"), url=url)
         return ApiError(self._redact(f"{at}: {type(exc).__name__}: {exc}"))
 
