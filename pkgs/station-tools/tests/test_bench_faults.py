@@ -59,7 +59,8 @@ DISCOVERY: dict[str, tuple[Answer, int, list[str]]] = {
     "empty": (Reply(json={"data": []}), 1, ["lists no model"]),
     "huge": (Reply(json={"data": [{"id": "m", "pad": "x" * (5 * 1024 * 1024)}]}), 1, ["larger than"]),
     "closed": (RawReply(b""), 3, ["/v1/models failed"]),
-    "garbage": (RawReply(b"garbage\r\n\r\n"), 3, ["/v1/models failed"]),
+    # another protocol on the port: it answered (exit 1), and the message says it is not HTTP
+    "garbage": (RawReply(b"garbage\r\n\r\n"), 1, ["no HTTP answer", "is that port an HTTP server?"]),
 }
 
 

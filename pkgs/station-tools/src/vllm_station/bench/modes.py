@@ -201,6 +201,11 @@ async def _discover_model(client: BenchClient) -> str:
         got = await client.get_bytes("/v1/models", timeout=min(15.0, client.timeout), limit=MODELS_MAX_BYTES)
     except aiohttp.ClientConnectorError as err:
         raise Unreachable(f"{client.base_url}: cannot connect ({err.os_error}); is the server up?") from None
+    except aiohttp.ClientResponseError as err:  # aiohttp could not read an HTTP answer at all
+        if "status line" in str(err.message):
+            said = excerpt(" ".join(str(err.message).split()), 120)
+            raise StationError(f"{url}: no HTTP answer ({said}) — is that port an HTTP server?") from None
+        raise Unreachable(f"{url} failed: {excerpt(str(err), 200)}; pass --model to skip discovery") from None
     except (aiohttp.ClientError, TimeoutError) as err:
         raise Unreachable(
             f"{url} failed: {excerpt(str(err) or type(err).__name__, 200)}; pass --model to skip discovery"
