@@ -32,12 +32,14 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from day2.harness import Monitoring, Traffic, Webhook, render_monitoring
 from nixenv import CACHE, require_nix, require_tree, run_nix
@@ -54,6 +56,7 @@ MODEL = Path(os.environ.get("STATION_MODELS", CACHE / "models")) / "tiny-tools"
 MODEL_DIR = "/var/lib/vllm-station-models/tiny-tools"  # checks/day2/station.nix
 REPO_ID = "local/tiny-tools"
 REVISION = "5d0c1e2f3a4b5c6d7e8f9a0b1c2d3e4f5a6b7c8d"  # checks/day2/station.nix
+REV_DIR = f"{MODEL_DIR}/revisions/{REVISION}"  # the pinned revision's directory (contract.revisionDir)
 SERVE = "vllm-station.service"
 DOWNLOAD = "vllm-station-download-tiny-tools.service"
 GOLIVE = "vllm-station-golive.service"
@@ -62,6 +65,9 @@ PROBE_TIMER = "vllm-station-probe.timer"
 BASE = "http://127.0.0.1:8899"
 SERVED = "tiny-tools"
 WRONG_KEY = "sk-day2-wrong-0123456789"
+ROTATED_KEY = "sk-day2-rotated-0123456789"  # step 4's new station key; the steps after it use it
+PROBE = "vllm-station-probe.service"
+PROBE_FILE = "/var/lib/vllm-station-metrics/station-probe.prom"
 
 
 @dataclass
@@ -74,6 +80,7 @@ class Calendar:
     hub: Any
     traffic: Traffic | None = None
     rows: list[dict[str, Any]] = field(default_factory=list)
+    example: str = "../day2/station"  # what the machine runs now (step 5 switches to a new tools package)
 
     def report(self, step: str, t0: float, t1: float, alerts_since: float | None = None, **extra: Any) -> None:
         figures: dict[str, Any] = {"step": step}
@@ -156,26 +163,32 @@ def _golive_runs(st: Station) -> int:
 
 def _assert_serving(st: Station) -> dict[str, str]:
     s = _state(st, SERVE)
-    assert s["ActiveState"] == "active" and int(s["MainPID"]) > 0, s
+    if not (s["ActiveState"] == "active" and int(s["MainPID"]) > 0):
+        tails = {u: "\n".join(st.machine.journal(u).splitlines()[-25:])
+                 for u in (SERVE, "vllm-station-secrets@vllm-station.service", DOWNLOAD)}  # fmt: skip
+        raise AssertionError(f"{SERVE} not serving: {s}\n" + "\n".join(f"---- {u} ----\n{t}" for u, t in tails.items()))
     return s
 
 
 def test_step1_install_first_switch_download_verify_serving_golive_go(cal: Calendar) -> None:
     st, m = cal.station, cal.station.machine
-    # Secrets where docs/install.md puts them today (/run/secrets, by hand).
+    # The station key where docs/secrets.md puts it: the persistent, root-only secrets directory.
     m.write(API_KEY_PATH, API_KEY + "\n", mode=0o600)
     t0 = time.monotonic()
     switch_s = _first_switch(st)
-    # the download unit fetched the pinned revision from the hub and verified it (the stamp)
-    d = _state(st, DOWNLOAD)
-    assert d["Result"] == "success", (d, m.journal(DOWNLOAD)[-2000:])
-    stamp = json.loads(m.run(["cat", f"{MODEL_DIR}/.station-verified.json"]).stdout)
-    assert stamp.get("revision") == REVISION or REVISION in json.dumps(stamp), stamp
+    # The switch does not wait for the download: the serving unit and golive are skipped until the
+    # revision's stamp exists; the download unit starts both when it is done.
+    st.wait_for("the download done", lambda: (d := _state(st, DOWNLOAD))["ActiveState"] == "inactive"
+                and d["Result"] == "success" and d["InvocationID"] != "", 900)  # fmt: skip
+    stamp = json.loads(m.run(["cat", f"{REV_DIR}/.station-verified.json"]).stdout)
+    assert stamp.get("revision") == REVISION, stamp
     assert cal.hub.state.gets("model.safetensors"), "the download never fetched the weights from the hub"
     # serving: active only when vLLM answers (wait-ready); no restart on the way
+    st.wait_state("active", 900)
     s = _assert_serving(st)
     assert s["NRestarts"] == "0", s
     # golive ran after it and said GO
+    st.wait_for("golive done", lambda: _state(st, GOLIVE)["ActiveState"] in ("active", "failed"), 900)
     g = _state(st, GOLIVE)
     assert g["ActiveState"] == "active" and g["Result"] == "success", (g, m.journal(GOLIVE)[-3000:])
     assert any(line.startswith("GO (exit 0)") for line in st.journal_lines(GOLIVE)), m.journal(GOLIVE)[-3000:]
@@ -196,25 +209,11 @@ def test_step2_reboot_everything_active_again_secrets_present(cal: Calendar) -> 
     boot_s = st.reboot(runtime="docker")
     cal.monitoring.start()  # nixpkgs' units would start at boot: their stand-ins do here
     _first_switch(st)
+    # the key is in the persistent secrets directory (/var): there after the reboot, checked before each
+    # unit loads it (vllm-station-secrets@<unit>), no 243/CREDENTIALS
     secrets_kept = m.run(["test", "-e", API_KEY_PATH], check=False).returncode == 0
-    s = _state(st, SERVE)
-    missing_feature = None
-    if not secrets_kept:
-        # The key lived on /run, a tmpfs: the units that read it by LoadCredential fail at boot (the serving
-        # unit retries every RestartSec until its start limit).
-        assert s["ActiveState"] != "active", s
-        st.wait_for("vllm-station.service failing at its credentials", lambda: "243/CREDENTIALS" in m.journal(SERVE),
-                    120)  # fmt: skip
-        missing_feature = (
-            "missing feature (issue 26, 'Secrets that outlive a reboot'): the station key is at "
-            f"{API_KEY_PATH} as docs/install.md says, /run is a tmpfs, and after the reboot "
-            f"{SERVE} (and golive, the watchdog, the probe) failed at their start with 243/CREDENTIALS (its "
-            "journal); the operator's fix — the key written again by hand — was applied to go on"
-        )
-        m.write(API_KEY_PATH, API_KEY + "\n", mode=0o600)
-        m.systemctl("stop", SERVE, timeout=300)
-        m.systemctl("reset-failed", check=False)
-        _first_switch(st)
+    assert secrets_kept, f"{API_KEY_PATH} is gone after the reboot"
+    assert "243/CREDENTIALS" not in m.journal(SERVE)
     s = _assert_serving(st)
     assert s["InvocationID"] != before["InvocationID"]
     for unit in (GOLIVE, WATCHDOG, PROBE_TIMER):
@@ -227,8 +226,6 @@ def test_step2_reboot_everything_active_again_secrets_present(cal: Calendar) -> 
                 120)  # fmt: skip
     cal.report("2 reboot", t0, time.monotonic(), boot_s=round(boot_s, 1),
                golive_ran_again_at_boot=_golive_runs(st) > 0, secrets_kept=secrets_kept)  # fmt: skip
-    if missing_feature:
-        pytest.xfail(missing_feature)
 
 
 def test_step3_client_key_rotation_with_a_stream_in_flight(cal: Calendar) -> None:
@@ -239,12 +236,63 @@ def test_step3_client_key_rotation_with_a_stream_in_flight(cal: Calendar) -> Non
     )
 
 
+def _status(key: str) -> int:
+    """The engine's answer to one small chat completion with `key`."""
+    body = {"model": SERVED, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1}
+    with httpx.Client(timeout=httpx.Timeout(120, connect=5)) as client:
+        r = client.post(f"{BASE}/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"})
+        return r.status_code
+
+
+def _probe_file(m: Any) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for line in m.run(["cat", PROBE_FILE], check=False).stdout.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            out[name] = float(value)
+    return out
+
+
 def test_step4_station_key_rotation(cal: Calendar) -> None:
-    pytest.skip(
-        "not written yet: the procedure exists (docs/secrets.md: replace the file, restart the serving "
-        "unit; the watchdog re-reads the key, probe and golive load it per run), its run through this "
-        "tier's calendar does not"
-    )
+    """docs/secrets.md's procedure: the new key in the file, one planned restart of the serving unit. The
+    watchdog re-reads the key (no false wedge, nothing restarted); the probe and golive load it per run."""
+    st, m = cal.station, cal.station.machine
+    st.wait_for("the watchdog's ok look", lambda: "ok" in _verdicts(m), 60)
+    before = _state(st, SERVE)
+    restarts = m.journal(WATCHDOG).count("restarting vllm-station.service")
+    assert cal.traffic is not None
+    cal.traffic.__exit__()  # the clients hold the old key: they stop before the rotation, new ones follow
+    t0 = time.monotonic()
+    m.write(API_KEY_PATH, ROTATED_KEY + "\n", mode=0o600)
+    m.systemctl("restart", SERVE, timeout=900)
+    restart_s = time.monotonic() - t0
+    cal.traffic = Traffic(BASE, ROTATED_KEY, SERVED).__enter__()
+    after = _assert_serving(st)
+    assert after["InvocationID"] != before["InvocationID"] and after["NRestarts"] == before["NRestarts"]
+    assert _status(ROTATED_KEY) == 200 and _status(API_KEY) == 401, "the new key served, the old refused"
+    # the watchdog's next looks use the new key: ok, and it restarts nothing
+    seen = time.monotonic()
+    st.wait_for("the watchdog's ok look with the new key",
+                lambda: "ok" in _verdicts(m) and _watchdog_looked_since(m, seen), 60)  # fmt: skip
+    time.sleep(10)
+    assert m.journal(WATCHDOG).count("restarting vllm-station.service") == restarts, m.journal(WATCHDOG)[-2000:]
+    assert _state(st, SERVE)["InvocationID"] == after["InvocationID"]
+    # the probe's next run loads the new key
+    m.systemctl("start", PROBE, timeout=300)
+    probe = _probe_file(m)
+    assert probe.get("station_probe_success") == 1, probe
+    # golive's next run (it runs at a switch that changes what is served) passes with the new key
+    runs = _golive_runs(st)
+    m.systemctl("restart", GOLIVE, timeout=900)
+    assert _golive_runs(st) == runs + 1 and _state(st, GOLIVE)["ActiveState"] == "active", m.journal(GOLIVE)[-3000:]
+    cal.report("4 station key rotation", t0, time.monotonic(), restart_s=round(restart_s, 1),
+               old_key_status=401, watchdog_restarts=0)  # fmt: skip
+
+
+def _watchdog_looked_since(m: Any, t: float) -> bool:
+    """Whether the watchdog's textfile was written after monotonic time `t` (a look since then)."""
+    out = m.run(["stat", "-c", "%Y", "/var/lib/vllm-station-metrics/station-watchdog.prom"], check=False).stdout
+    return bool(out.strip()) and float(out) >= time.time() - (time.monotonic() - t)
 
 
 def _render_variant(cal: Calendar, example: str) -> Rendered:
@@ -252,7 +300,8 @@ def _render_variant(cal: Calendar, example: str) -> Rendered:
 
 
 def _active_states(st: Station, units: list[str]) -> dict[str, str]:
-    return {u: _state(st, u)["ActiveState"] for u in units}
+    """ActiveState of each unit; a template (`name@.service`) has no state of its own: its instances do."""
+    return {u: _state(st, u)["ActiveState"] for u in units if "@." not in u}
 
 
 def test_step5_new_station_package_keeps_the_engine_and_golive(cal: Calendar) -> None:
@@ -268,17 +317,8 @@ def test_step5_new_station_package_keeps_the_engine_and_golive(cal: Calendar) ->
     before, runs = _state(st, SERVE), _golive_runs(st)
     golive_before = _state(st, GOLIVE)
 
-    def activate() -> None:
-        # the new system's store paths join the machine's store (those it shares with the old one are there)
-        for d in show_derivations(_nix, new.drvs).values():
-            for path in d.outputs.values():
-                st.store.by_output.setdefault(path, d)
-        st.store.materialize_texts([*new.units.values(), *new.etc.values(), *new.tmpfiles])
-        st.rendered = new
-        st.install()
-
     t0 = time.monotonic()
-    run_switch(plan, m.systemctl, activate, lambda u: _state(st, u)["ActiveState"] == "active")
+    run_switch(plan, m.systemctl, lambda: _activate(st, new), lambda u: _state(st, u)["ActiveState"] == "active")
     switch_s = time.monotonic() - t0
     time.sleep(3)
     after = _state(st, SERVE)
@@ -287,8 +327,31 @@ def test_step5_new_station_package_keeps_the_engine_and_golive(cal: Calendar) ->
     assert _state(st, GOLIVE)["InvocationID"] == golive_before["InvocationID"] and _golive_runs(st) == runs
     # the next start would run the new tools: the link the units name follows the package
     assert m.run(["readlink", "/run/vllm-station-tools"]).stdout.strip() == new_link
+    cal.example = "../day2/station-tools"
     cal.report("5 new station package", t0, time.monotonic(), switch_s=round(switch_s, 1),
                restarted=sorted(plan.touched()) or "none")  # fmt: skip
+
+
+def _activate(st: Station, new: Rendered) -> None:
+    """What NixOS's activation does for a switch here: the new system's store paths join the machine's
+    store (those it shares with the old one are there), its units and /etc are written."""
+    for d in show_derivations(_nix, new.drvs).values():
+        for path in d.outputs.values():
+            st.store.by_output.setdefault(path, d)
+    st.store.materialize_texts([*new.units.values(), *new.etc.values(), *new.tmpfiles])
+    st.rendered = new
+    st.install()
+
+
+def _switch_to(st: Station, new: Rendered) -> Any:
+    """A `nixos-rebuild switch` to `new` (checkpoint/system/switch.py's rules); the plan it carried out."""
+    old = st.rendered
+    units = sorted(set(old.units) | set(new.units) | {"multi-user.target"})
+    plan = plan_switch({**old.units, "multi-user.target": ""}, {**new.units, "multi-user.target": ""},
+                       _active_states(st, units))  # fmt: skip
+    run_switch(plan, st.machine.systemctl, lambda: _activate(st, new),
+               lambda u: _state(st, u)["ActiveState"] == "active")  # fmt: skip
+    return plan
 
 
 def _nix(args: list[str]) -> str:
@@ -298,19 +361,123 @@ def _nix(args: list[str]) -> str:
 
 
 def test_step6_checkpoint_upgrade_and_rollback(cal: Calendar) -> None:
-    pytest.skip(
-        "not written yet here: per-revision directories, upgrade and rollback run under real systemd in "
-        "checks/test_system.py::test_revision_upgrade_then_rollback, not yet in this composed station"
-    )
+    """R1 → R2 → R1 in the composed station, each a switch. The upgrade: R2 is fetched beside R1 (the hub
+    serves it), verified, the download unit starts the engine on it, R1 stays (keepRevisions 2). The
+    rollback: R1's stamp is there, the engine starts on it at once, nothing is downloaded."""
+    st, m = cal.station, cal.station.machine
+    state = cal.hub.state
+    r2 = "c" * 40
+    r1_dir, r2_dir = REV_DIR, f"{MODEL_DIR}/revisions/{r2}"
+    original = st.rendered
+    upgraded = render(str(cal.tree), cal.example, cal.image, hub=cal.hub.url, revision=r2)
+    assert r2_dir in upgraded.units[SERVE] and r1_dir not in upgraded.units[SERVE]
+    last_download = _state(st, DOWNLOAD)["InvocationID"]
+    state.commit, state.branches = r2, {"main": r2}
+    t0 = time.monotonic()
+    try:
+        plan = _switch_to(st, upgraded)
+        switch_s = time.monotonic() - t0
+        assert SERVE in plan.touched(), plan  # what is served changed: the engine restarts
+        st.wait_for("R2 downloaded, verified, the download unit done",
+                    lambda: (d := _state(st, DOWNLOAD))["InvocationID"] != last_download
+                    and d["ActiveState"] == "inactive" and d["Result"] == "success", 600)  # fmt: skip
+        st.wait_state("active", 900)
+        upgrade_s = time.monotonic() - t0
+        _assert_serving(st)
+        assert f"checkpoint {r2_dir} verified (revision {r2[:12]}" in m.journal(SERVE)
+        listed = m.run(["ls", "-1", f"{MODEL_DIR}/revisions"]).stdout.split()
+        assert sorted(listed) == sorted([REVISION, r2]), "R1 stays beside R2 for a rollback"
+    finally:
+        state.commit, state.branches = REVISION, {"main": REVISION}
+    st.wait_for("traffic flowing on R2", lambda: cal.traffic and cal.traffic.figures(time.monotonic() - 5, time.monotonic())["ok"],
+                120)  # fmt: skip
+    # rollback: the old pin again; nothing fetched
+    requests = len(state.requests)
+    t1 = time.monotonic()
+    _switch_to(st, original)
+    st.wait_state("active", 900)
+    rollback_s = time.monotonic() - t1
+    assert m.show(DOWNLOAD, "ConditionResult")["ConditionResult"] == "no", "the download unit was skipped"
+    assert len(state.requests) == requests, "the rollback downloaded something"
+    journal = m.journal(SERVE)
+    assert journal.rfind(f"checkpoint {r1_dir} verified") > journal.rfind(f"checkpoint {r2_dir} verified")
+    st.wait_for("traffic flowing on R1", lambda: cal.traffic and cal.traffic.figures(time.monotonic() - 5, time.monotonic())["ok"],
+                120)  # fmt: skip
+    cal.report("6 checkpoint upgrade + rollback", t0, time.monotonic(), switch_returned_s=round(switch_s, 1),
+               upgrade_to_serving_s=round(upgrade_s, 1), rollback_to_serving_s=round(rollback_s, 1))  # fmt: skip
+
+
+@dataclass
+class _Long:
+    """One long streamed request across a restart: how far it got and how it ended."""
+
+    tokens: int = 0  # content deltas received
+    completion_tokens: int = 0  # the server's count (usage, the last event)
+    finish: str | None = None
+    error: str | None = None
+    began: threading.Event = field(default_factory=threading.Event)
+
+
+def _long_request(key: str, out: _Long, max_tokens: int) -> None:
+    body = {"model": SERVED, "messages": [{"role": "user", "content": "Tell a long story."}],
+            "max_tokens": max_tokens, "ignore_eos": True, "stream": True,
+            "stream_options": {"include_usage": True}}  # fmt: skip
+    try:
+        with (
+            httpx.Client(timeout=httpx.Timeout(900, connect=5)) as client,
+            client.stream("POST", f"{BASE}/v1/chat/completions", json=body,
+                          headers={"Authorization": f"Bearer {key}"}) as r,  # fmt: skip
+        ):
+            if r.status_code != 200:
+                out.error = f"HTTP {r.status_code}"
+                return
+            for line in r.iter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                event = json.loads(line[6:])
+                usage = event.get("usage") or {}
+                out.completion_tokens = usage.get("completion_tokens", out.completion_tokens)
+                choice = (event.get("choices") or [{}])[0]
+                if choice.get("delta", {}).get("content"):
+                    out.tokens += 1
+                    out.began.set()
+                out.finish = choice.get("finish_reason") or out.finish
+    except (httpx.HTTPError, ValueError) as exc:
+        out.error = f"{type(exc).__name__}: {exc}"
+    finally:
+        out.began.set()
 
 
 def test_step7_restart_under_load(cal: Calendar) -> None:
-    pytest.skip(
-        "not written yet: the graceful stop (--shutdown-timeout, stop timeouts above it, the drain flag "
-        "before SIGTERM) is rendered and tested (checks/test_gateway_drain.py, "
-        "tests/test_shutdown_realvllm.py), its count of requests completed across a restart in this tier is "
-        "not"
-    )
+    """A restart while long requests stream: the stop drains (the flag first, then SIGTERM; vLLM's
+    --shutdown-timeout lets the running requests finish), so every request that began before the stop
+    completes; the engine then starts again."""
+    st, m = cal.station, cal.station.machine
+    _assert_serving(st)
+    key = m.run(["cat", API_KEY_PATH]).stdout.strip()
+    longs = [_Long() for _ in range(3)]
+    threads = [threading.Thread(target=_long_request, args=(key, o, 1024), daemon=True) for o in longs]
+    for t in threads:
+        t.start()
+    for o in longs:
+        assert o.began.wait(120) and o.error is None, o
+    before = _state(st, SERVE)
+    t0 = time.monotonic()
+    m.systemctl("restart", SERVE, timeout=1200)
+    restart_s = time.monotonic() - t0
+    for t in threads:
+        t.join(timeout=900)
+    after = _assert_serving(st)
+    assert after["InvocationID"] != before["InvocationID"]
+    completed = [o for o in longs if o.error is None and o.finish == "length" and o.completion_tokens == 1024]
+    assert len(completed) == len(longs), [(o.tokens, o.completion_tokens, o.finish, o.error) for o in longs]
+    journal = m.journal(SERVE)
+    assert "routed: no (new requests get 503; requests in flight finish)" in journal
+    st.wait_for("traffic flowing again", lambda: cal.traffic and cal.traffic.figures(time.monotonic() - 5, time.monotonic())["ok"],
+                120)  # fmt: skip
+    cal.report("7 restart under load", t0, time.monotonic(), restart_s=round(restart_s, 1),
+               in_flight=len(longs), in_flight_completed=len(completed),
+               in_flight_tokens=[o.tokens for o in longs])  # fmt: skip
 
 
 def test_step8a_401_storm_alerts_and_restarts_nothing(cal: Calendar) -> None:
@@ -320,6 +487,7 @@ def test_step8a_401_storm_alerts_and_restarts_nothing(cal: Calendar) -> None:
     t0 = time.monotonic()
     # A stale key where the watchdog reads it (the engine keeps the key it started with), and clients
     # with a wrong key: every answer is 401.
+    current = m.run(["cat", API_KEY_PATH]).stdout.strip()  # the engine's key (step 4 rotated it)
     m.write(API_KEY_PATH, WRONG_KEY + "\n", mode=0o600)
     m.systemctl("restart", WATCHDOG)
     storm = Traffic(BASE, WRONG_KEY, SERVED).__enter__()
@@ -332,7 +500,7 @@ def test_step8a_401_storm_alerts_and_restarts_nothing(cal: Calendar) -> None:
     after = _state(st, SERVE)
     assert after["InvocationID"] == before["InvocationID"] and after["NRestarts"] == before["NRestarts"]
     assert m.journal(WATCHDOG).count("restarting vllm-station.service") == restarts
-    m.write(API_KEY_PATH, API_KEY + "\n", mode=0o600)
+    m.write(API_KEY_PATH, current + "\n", mode=0o600)
     m.systemctl("restart", WATCHDOG)
     cal.report("8a 401 storm (wrong key)", t0, time.monotonic(), refused_401=refused["refused"],
                probe_refused_alert_s=round(alert.received - t0, 1))  # fmt: skip

@@ -33,7 +33,8 @@ in
       environment.VLLM_CPU_KVCACHE_SPACE = "1";
       startTimeout = 600;
       # The station's own key: the serving unit, the gateway, the probe, the watchdog and golive read it.
-      apiKeyFile = "/run/secrets/vllm-api-key";
+      # In the persistent, root-only secrets directory (docs/secrets.md): it outlives a reboot.
+      apiKeyFile = "/var/lib/vllm-station-secrets/vllm-api-key";
     };
 
     download = {
