@@ -170,7 +170,9 @@ def test_expect_gates_exit_code(sim: SimProcess, tmp_path: Path) -> None:
     assert main(["bench", *common, "--base-url", sim.base_url, "--expect", "c1.tok_s>>1"]) == 2
 
 
-def test_json_keys_are_golden_and_csv_and_plots(sim: SimProcess, tmp_path: Path) -> None:
+def test_json_keys_are_golden_and_csv_and_plots(
+    sim: SimProcess, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     csv_path, plots = tmp_path / "r.csv", tmp_path / "plots"
     rc, rep = _bench(
         tmp_path, sim.base_url, "sweep", "-c", "1,2", "--warmup", "0", "--requests", "2", "--output-len", "4",
@@ -183,6 +185,11 @@ def test_json_keys_are_golden_and_csv_and_plots(sim: SimProcess, tmp_path: Path)
     assert len(rows) == 3 and rows[0].startswith("level,mode,concurrency")
     assert {p.name for p in plots.iterdir()} == {"throughput-ttft.png", "latency-cdf.png"}
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in plots.iterdir())
+    # where every file went, in one line (the operator should not have to guess)
+    err = capsys.readouterr().err.splitlines()
+    wrote = next(line for line in err if line.startswith("station bench: wrote "))
+    for path in (tmp_path / "report.json", csv_path, *plots.iterdir()):
+        assert str(path) in wrote, wrote
     server = _level(rep, "c2")["server"]
     assert server["generation_tokens_delta"] == 8 and server["running_max"] is not None
 

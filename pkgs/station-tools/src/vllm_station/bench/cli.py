@@ -305,8 +305,7 @@ def write_outputs(args: argparse.Namespace, report: BenchReport) -> None:
         from vllm_station.bench.plots import write_plots
 
         try:
-            for p in write_plots(report, args.plots):
-                log.info("wrote %s", p)
+            written.paths.extend(write_plots(report, args.plots))
         except output.OutputError as exc:  # names the option and the file itself
             written.failed.append(str(exc))
         except OSError as exc:
@@ -314,6 +313,8 @@ def write_outputs(args: argparse.Namespace, report: BenchReport) -> None:
     print(redact(render_table(report)), file=sys.stderr if to_stdout else sys.stdout)
     if to_stdout:
         sys.stdout.write(json_text)
+    if written.paths:  # where the files went: the operator should not have to guess
+        print("station bench: wrote " + ", ".join(str(p) for p in written.paths), file=sys.stderr)
     if written.failed:
         outputs.rescue(json_text, written)
 
