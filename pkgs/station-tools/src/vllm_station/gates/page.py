@@ -137,13 +137,31 @@ def _needle_section(rep: dict[str, Any]) -> str:
     return note + _table(head, rows) + _needle_plot(rep)
 
 
+def _num(value: Any, digits: int) -> str:
+    """A figure rounded for reading (`2890.301969505154` → `2890.3`); anything else as it is."""
+    if isinstance(value, float):
+        return _e(f"{value:,.{digits}f}")
+    return _e(value)
+
+
+def _failed(level: dict[str, Any]) -> str:
+    """A level's failed requests: the count and its kinds (`5 (http 5)`), from the report's `failures`."""
+    kinds = level.get("failures")
+    if not isinstance(kinds, dict):
+        return _e(None)
+    total = sum(v for v in kinds.values() if isinstance(v, int))
+    detail = ", ".join(f"{k} {v}" for k, v in sorted(kinds.items()))
+    return _e(f"{total} ({detail})" if total else "0")
+
+
 def _bench_section(rep: dict[str, Any], bench: BenchReport | None) -> str:
     rows = [
-        [_e(e["expr"]), _e(e["level"]), _e(e["value"]), _state(e["passed"])] for e in rep.get("expect") or []
+        [_e(e["expr"]), _e(e["level"]), _num(e["value"], 2), _state(e["passed"])]
+        for e in rep.get("expect") or []
     ]
     levels = [
-        [_e(lv.get("name")), _e(lv.get("ok")), _e((lv.get("tok_s") or {}).get("mean")),
-         _e((lv.get("ttft") or {}).get("median")), _e(lv.get("n_failed"))]
+        [_e(lv.get("name")), _e(lv.get("ok")), _num((lv.get("tok_s") or {}).get("mean"), 1),
+         _num((lv.get("ttft") or {}).get("median"), 3), _failed(lv)]
         for lv in rep.get("levels") or []
     ]  # fmt: skip
     return (
