@@ -134,3 +134,17 @@ def test_cli_needle_json_and_usage(capsys: pytest.CaptureFixture[str]) -> None:
         assert "--variants 'haystack'" in capsys.readouterr().err
         assert main(["gates", "needle", "--base-url", s.base_url, "--lengths", "30000"]) == 2
         assert "below max_model_len 20000" in capsys.readouterr().err
+
+
+def test_a_failed_request_is_reported_as_such_not_as_a_miss(capsys: pytest.CaptureFixture[str]) -> None:
+    """HTTP 500 on every chat: the progress says "request failed" with the reason, never MISSED (the model
+    was never asked), and the class is request_failed."""
+    cases = plan([4000], [50], ["single"])
+    config = SimConfig(gates="reference", ttft=0, itl=0, max_model_len=MML, model="glm-sim")
+    config.fail = {"5xx": 1.0}
+    with SimServer(config) as s, ApiClient(s.base_url, timeout=60) as api:
+        rep = run_battery(api, "glm-sim", cases, Sampling(max_tokens=64), max_model_len=MML, cache=None)
+    err = capsys.readouterr().err
+    assert rep.by_class == {C.REQUEST_FAILED: 1} and not rep.results[0].retrieved
+    assert "single-4000-d50: request failed: " in err and "HTTP 500" in err, err
+    assert "MISSED" not in err

@@ -38,6 +38,7 @@ from typing import Any
 
 from vllm_station import argtypes, bounded, output
 from vllm_station.api import ApiClient, ApiError, ApiUnreachable, ChatChunk
+from vllm_station.api.sse import excerpt
 from vllm_station.errors import UsageError
 from vllm_station.gates import classes as C
 from vllm_station.gates.checker import parse_arguments
@@ -586,7 +587,12 @@ def run_battery(
                                  str(err), None, False, 0, 0.0, None, None, None)  # fmt: skip
             results.append(r)
             wall = f", {r.wall_s:.2f} s" if r.wall_s is not None else ""
-            verdict = "retrieved" if r.retrieved else "MISSED"
+            # a request that failed never asked the model: "request failed" and why (the error without its
+            # "POST … at URL: " prefix), not a miss
+            why = excerpt(r.detail.partition(": ")[2] or r.detail, 100)
+            verdict = "retrieved" if r.retrieved else (
+                f"request failed: {why}" if r.cls == C.REQUEST_FAILED else "MISSED"
+            )
             progress.step(f"{r.id}: {verdict} ({r.prompt_tokens} tokens{wall})")
     except (KeyboardInterrupt, ApiUnreachable) as exc:  # a partial report of the cases that ran
         stopped = stopped_by(exc)
