@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from vllm_station.bench.sim.process import SimProcess
@@ -224,3 +225,16 @@ def test_no_tokenize_falls_back_and_says_so(tmp_path: Path, capsys: pytest.Captu
     assert any("approximate" in n for n in rep["notes"])
     assert "approximate" in capsys.readouterr().out
     assert _level(rep, "c1")["prompt_tokens"]["median"] > 50  # usage counts the template too
+
+
+def test_an_unknown_model_is_a_404_as_vllm_answers_it(sim: SimProcess, tmp_path: Path) -> None:
+    """The simulator serves one model; another name gets vLLM's 404, so `bench --model wrong` fails there
+    as it would against the station, and the right name still runs."""
+    body = {"model": "wrong", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    r = httpx.post(f"{sim.base_url}/v1/chat/completions", json=body, timeout=30)
+    assert r.status_code == 404 and "The model `wrong` does not exist." in r.text
+    args = ["sweep", "-c", "1", "--warmup", "0", "--requests", "1", "--output-len", "4"]
+    rc, rep = _bench(tmp_path, sim.base_url, *args, "--model", "wrong")
+    assert rc != 0 and _level(rep, "c1")["ok"] == 0
+    rc, rep = _bench(tmp_path, sim.base_url, *args, "--model", "sim-model")
+    assert rc == 0 and _level(rep, "c1")["ok"] == 1

@@ -335,6 +335,9 @@ class Simulator:
         self, request: web.Request, body: dict[str, Any], arrive: float, n_prompt: int, *, chat: bool
     ) -> web.StreamResponse:
         cfg = self.config
+        model = body.get("model")
+        if model is not None and model != cfg.model:  # as vLLM answers a model it does not serve
+            return _error(404, "NotFoundError", f"The model `{model}` does not exist.")
         if n_prompt + int(body.get("max_tokens") or 0) > cfg.max_model_len:
             return _error(
                 400,
