@@ -112,3 +112,34 @@ def test_switch_rules_leave_the_engine_and_golive_running_for_a_new_tools_packag
 @pytest.mark.parametrize("change", SERVED_CHANGES)
 def test_switch_rules_restart_the_engine_and_golive_for_a_served_change(change: str) -> None:
     assert _plan(change) == {"vllm-station.service", "vllm-station-golive.service"}
+
+
+PREFETCHED = "0123456789abcdef0123456789abcdef01234567"  # checks/nixos/restarts.nix's `prefetch` change
+
+
+def test_a_prefetched_revision_is_fetched_by_its_own_unit_and_the_engine_keeps_serving() -> None:
+    """The first half of a checkpoint upgrade: `prefetch` adds a unit that fetches the revision into its own
+    directory (bound to node 0) while one of its stamps is missing; what is served is untouched, and the
+    download unit's prune keeps the prefetched revision."""
+    r = _rendered()
+    assert r["as-is"]["prefetchUnit"] is None
+    unit = r["prefetch"]["prefetchUnit"]
+    assert unit is not None, "no vllm-station-prefetch-glm53-flash.service"
+    rev_dir = f"/var/lib/vllm-station-models/glm53-flash/revisions/{PREFETCHED}"
+    lines = unit.splitlines()
+    assert f"ConditionPathExists=|!{rev_dir}/.station-verified.json" in lines
+    starts = [line for line in lines if line.startswith("ExecStart=")]
+    assert len(starts) == 1 and '"download"' in starts[0] and f'"--dir" "{rev_dir}"' in starts[0], starts
+    assert f'"--revision" "{PREFETCHED}"' in starts[0] and '"--membind" "0"' in starts[0]
+    assert "NUMAPolicy=bind" in lines and "NUMAMask=0" in lines
+    assert "WantedBy=multi-user.target" in lines
+    # it never starts (or restarts) the engine: no ExecStartPost, no ordering against it
+    assert not any(line.startswith("ExecStartPost=") for line in lines), unit
+    assert "vllm-station.service" not in unit
+    assert f'"--protect" "{PREFETCHED}"' in r["prefetch"]["download"]
+    assert '"--protect"' not in r["as-is"]["download"]
+    assert r["prefetch"]["serving"] == r["as-is"]["serving"] and r["prefetch"]["golive"] == r["as-is"]["golive"]
+
+
+def test_switch_rules_leave_the_engine_and_golive_running_for_a_prefetch() -> None:
+    assert _plan("prefetch") == set()

@@ -133,6 +133,20 @@ let
           '';
         };
 
+        prefetch = mkOption {
+          type = types.listOf (types.strMatching "[0-9a-f]{40}");
+          default = [ ];
+          example = [ "89abcdef0123456789abcdef0123456789abcdef" ];
+          description = ''
+            Revisions to fetch and verify beside the pinned one without serving them: the first half of
+            a checkpoint upgrade with the engine still serving (docs/download.md). Each goes to
+            `<dir>/${contract.revisionsDirName}/R` with its stamp, by its own unit
+            `vllm-station-prefetch-<name>` (bound to the same NUMA nodes; it never touches the serving
+            unit). Once it is verified, pin it ({option}`revision`): that switch restarts the engine on it
+            at once, nothing left to download. Kept by `revisions prune` while listed.
+          '';
+        };
+
         keepRevisions = mkOption {
           type = types.ints.positive;
           default = cfg.keepRevisions;
@@ -339,7 +353,11 @@ let
     m.revision
     "--keep"
     (toString m.keepRevisions)
-  ];
+  ]
+  ++ lib.concatMap (r: [
+    "--protect"
+    r
+  ]) m.prefetch;
 
   # The serving unit (and golive) are skipped until the served revision is stamped (serve.nix): the
   # download that stamped it starts them, after the stamp, only when the fetch and verification
@@ -377,6 +395,28 @@ let
     };
   secretsCheckFor =
     name: m: lib.optional (tokenSecrets name m != [ ]) (contract.secretsCheckUnit (unitName name));
+
+  # The entry's `prefetch` revisions: one ExecStart each (a download into the revision's own directory),
+  # run only while one of them lacks its stamp. Nothing of the serving unit's: no start, no prune (the
+  # download unit's prune protects them).
+  prefetchUnitFor =
+    name: m:
+    let
+      base = unitFor name m;
+      forRevision = r: m // { revision = r; };
+    in
+    base
+    // {
+      description = "vllm-station: fetch and verify ${m.model} ${lib.concatStringsSep ", " m.prefetch} beside the served revision (${name})";
+      wantedBy = [ "multi-user.target" ];
+      unitConfig.ConditionPathExists = map (r: "|!${stampOf (checkpointDir (forRevision r))}") m.prefetch;
+      serviceConfig = base.serviceConfig // {
+        ExecStartPre = [ ];
+        ExecStart = map (r: execStartFor (forRevision r)) m.prefetch;
+        ExecStartPost = [ ];
+      };
+    };
+  withPrefetch = lib.filterAttrs (_: m: m.prefetch != [ ]) enabledModels;
 
   unitFor = name: m: {
     description = "vllm-station: ${
@@ -592,6 +632,10 @@ in
           message = "services.vllm-station.download.models.${name}.copyFrom: \"${toString m.copyFrom}\" needs the form rsync://HOST:PORT/MODULE, a pinned `revision` (the source's stamp must record it) and no `verifyOnly`.";
         }) enabledModels
         ++ lib.mapAttrsToList (name: m: {
+          assertion = m.prefetch == [ ] || (fromHub m && !lib.elem m.revision m.prefetch);
+          message = "services.vllm-station.download.models.${name}.prefetch: fetches from the hub beside the pinned revision; it needs a hub download (not copyFrom or verifyOnly) and must not list the pinned revision ${toString m.revision}.";
+        }) enabledModels
+        ++ lib.mapAttrsToList (name: m: {
           assertion = isSecretPath m.tokenFile;
           message = "services.vllm-station.download.models.${name}.tokenFile must be an absolute path outside the Nix store (got `${toString m.tokenFile}`): the store is world-readable. Use a string such as \"/run/secrets/hf-token\", not a ./path literal.";
         }) enabledModels;
@@ -604,10 +648,13 @@ in
         ) enabledModels
       );
 
-      systemd.services = lib.mapAttrs' (
-        name: m: lib.nameValuePair (unitName name) (unitFor name m)
-      ) enabledModels;
+      systemd.services =
+        lib.mapAttrs' (name: m: lib.nameValuePair (unitName name) (unitFor name m)) enabledModels
+        // lib.mapAttrs' (
+          name: m: lib.nameValuePair (contract.prefetchUnit name) (prefetchUnitFor name m)
+        ) withPrefetch;
 
+      # (the prefetch unit requires the download unit's check: the same token file)
       services.vllm-station.secrets.units = lib.mapAttrs' (
         name: m: lib.nameValuePair (unitName name) (tokenSecrets name m)
       ) (lib.filterAttrs (name: m: tokenSecrets name m != [ ]) enabledModels);

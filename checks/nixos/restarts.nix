@@ -5,7 +5,8 @@
 #
 #   nix-instantiate --eval --strict --json checks/nixos/restarts.nix --argstr nixosTree "$NIXOS_TREE"
 #
-# Result: { "<change>" = { serving; golive; servingTriggers; goliveTriggers; toolsLink; }; }
+# Result: { "<change>" = { serving; golive; servingTriggers; goliveTriggers; toolsLink; package;
+#                          prefetchUnit (null without one); download; }; }
 {
   nixosTree ? builtins.getEnv "NIXOS_TREE",
   system ? "x86_64-linux",
@@ -30,6 +31,8 @@ let
     image.services.vllm-station.serve.image = lib.mkForce "vllm/vllm-openai@sha256:${lib.strings.replicate 64 "b"}";
     flag.services.vllm-station.serve.maxNumSeqs = lib.mkForce 128;
     revision.services.vllm-station.download.models.glm53-flash.revision = lib.mkForce "0123456789abcdef0123456789abcdef01234567";
+    # The first half of a checkpoint upgrade: the next revision fetched beside the served one.
+    prefetch.services.vllm-station.download.models.glm53-flash.prefetch = [ "0123456789abcdef0123456789abcdef01234567" ];
     model.services.vllm-station.serve.model = lib.mkForce "/var/lib/vllm-station-models/glm53-flash-b";
     environment.services.vllm-station.serve.environment.NCCL_DEBUG = "INFO";
     devices.services.vllm-station.serve.gpuDevices = lib.mkForce [ "nvidia.com/gpu=0" ];
@@ -55,6 +58,12 @@ let
       goliveTriggers = triggers "vllm-station-golive";
       toolsLink = map noContext (lib.filter (lib.hasInfix "/run/vllm-station-tools") config.systemd.tmpfiles.rules);
       package = noContext config.services.vllm-station.package.outPath;
+      prefetchUnit =
+        if config.systemd.units ? "vllm-station-prefetch-glm53-flash.service" then
+          text "vllm-station-prefetch-glm53-flash.service"
+        else
+          null;
+      download = text "vllm-station-download-glm53-flash.service";
     };
 in
 lib.mapAttrs (_: render) changes

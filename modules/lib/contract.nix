@@ -64,6 +64,8 @@ rec {
   modelsRoot = "/var/lib/vllm-station-models";
   downloadCacheDir = "/var/cache/vllm-station-download";
   downloadUnit = name: "vllm-station-download-${name}";
+  # Fetches and verifies a download entry's `prefetch` revisions beside the served one (download.nix).
+  prefetchUnit = name: "vllm-station-prefetch-${name}";
   # Written by `station verify` (and `station download`) into the checkpoint directory.
   stampName = ".station-verified.json";
   stampOf = dir: "${dir}/${stampName}";
