@@ -71,14 +71,16 @@ class Registry:
 
     def start(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
-        config = self.root / f"config-{self.netns or 'host'}.yml"
+        # One file per registry (port): two tiers may start theirs on the same storage at the same moment,
+        # and a shared config file would hand the first process the second one's port.
+        config = self.root / f"config-{self.netns or 'host'}-{self.port}.yml"
         config.write_text(
             "version: 0.1\n"
             f"storage: {{ filesystem: {{ rootdirectory: {self.root / 'data'} }} }}\n"
             f"http: {{ addr: {self.address} }}\n"
             "log: { level: warn }\n"
         )
-        log_path = self.root / f"registry-{self.netns or 'host'}.log"
+        log_path = self.root / f"registry-{self.netns or 'host'}-{self.port}.log"
         prefix = ["ip", "netns", "exec", self.netns] if self.netns else []
         self.proc = subprocess.Popen(
             [*prefix, "docker-registry", "serve", str(config)],
@@ -117,6 +119,8 @@ class Registry:
         if self.proc is not None and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
             self.proc.wait(timeout=10)
+        for name in (f"config-{self.netns or 'host'}-{self.port}.yml", f"registry-{self.netns or 'host'}-{self.port}.log"):
+            (self.root / name).unlink(missing_ok=True)
 
     def digest_of(self, name: str, tag: str) -> str | None:
         """The manifest digest the registry serves for NAME:TAG, or None."""
