@@ -9,10 +9,11 @@ model) and here (Prometheus scrapes and evaluates every second, Alertmanager wai
 
 The system tier's harness boots it (checks/system/: what NixOS renders, every store path mapped, systemd
 252 as PID 1 of a systemd-nspawn machine, Debian's dockerd). The project's units run under that systemd as
-rendered; nixpkgs' own units for Prometheus, Alertmanager and node_exporter are stood in by transient units
-running Debian's programs with the rendered configuration (checks/day2/harness.py says what differs). The
-gateway is part of the rendered configuration (its assertions hold) but nginx is not run in this tier yet:
-checks/test_gateway*.py run it.
+rendered, and so do nixpkgs' nginx units (nginx.service, nginx-config-reload.service) with Debian's nginx
+1.22 behind the rendered nginx.conf (render.nix with `gateway`: nixpkgs renders for that version, and
+validateConfigFile is off since gixy cannot be built here); nixpkgs' own units for Prometheus, Alertmanager
+and node_exporter are stood in by transient units running Debian's programs with the rendered
+configuration (checks/day2/harness.py says what differs).
 
 A switch is what `nixos-rebuild switch` does to units: checks/system/switch.py implements NixOS's
 switch-to-configuration rules (the script itself cannot run here; its docstring says why). A reboot is a
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 import sys
 import threading
 import time
@@ -42,6 +44,7 @@ from typing import Any
 import httpx
 import pytest
 from day2.harness import Monitoring, Traffic, Webhook, render_monitoring
+from gateway.harness import generate_tls
 from nixenv import CACHE, require_nix, require_tree, run_nix
 from system.common import API_KEY, TESTS, free_port, require_realvllm, require_tools
 from system.images import Registry, build_vllm_image
@@ -67,7 +70,16 @@ SERVED = "tiny-tools"
 WRONG_KEY = "sk-day2-wrong-0123456789"
 ROTATED_KEY = "sk-day2-rotated-0123456789"  # step 4's new station key; the steps after it use it
 PROBE = "vllm-station-probe.service"
+PREFETCH = "vllm-station-prefetch-tiny-tools.service"
 PROBE_FILE = "/var/lib/vllm-station-metrics/station-probe.prom"
+# The gateway (checks/day2/station.nix): nginx on 127.0.0.1:8443, TLS for llm.day2.test, one client key.
+GATEWAY = "https://127.0.0.1:8443"
+NGINX = "nginx.service"
+KEYS_UNIT = "vllm-station-gateway-keys.service"
+TLS_DIR = "/var/lib/vllm-station-gateway"
+ALICE_PATH = "/var/lib/vllm-station-secrets/gateway/alice"
+ALICE_KEY = "sk-day2-alice-first-0123456789"
+ALICE_ROTATED = "sk-day2-alice-second-0123456789"
 
 
 @dataclass
@@ -78,6 +90,7 @@ class Calendar:
     image: str
     tree: Path
     hub: Any
+    ca: Path  # the gateway's test CA
     traffic: Traffic | None = None
     rows: list[dict[str, Any]] = field(default_factory=list)
     example: str = "../day2/station"  # what the machine runs now (step 5 switches to a new tools package)
@@ -119,14 +132,15 @@ def cal(hub: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Calendar
     try:
         image = build_vllm_image(registry, tmp_path_factory.mktemp("vllm-image"), VENV)
         t = time.monotonic()
-        rendered = render(str(tree), "../day2/station", image, hub=hub.url)
+        rendered = render(str(tree), "../day2/station", image, hub=hub.url, gateway=True)
         monitoring_rendered = render_monitoring(tree)
         print(f"day2 figure: render (s) = {time.monotonic() - t:.1f}", file=sys.stderr)
         station = Station(rendered, Path(tmp_path_factory.mktemp("day2")), "day2", station_venv(CACHE))
         station.machine.memory_bytes = 8 << 30  # vLLM (~3 GB with its 1 GiB KV cache) and the monitoring
         station.boot(runtime="docker")
         monitoring = Monitoring(monitoring_rendered, station.machine, webhook.url)
-        cal = Calendar(station, webhook, monitoring, image, tree, hub)
+        ca = _install_gateway_secrets(station, tmp_path_factory.mktemp("gateway-tls"))
+        cal = Calendar(station, webhook, monitoring, image, tree, hub, ca)
         yield cal
     finally:
         if cal is not None and cal.traffic is not None:
@@ -134,12 +148,30 @@ def cal(hub: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Calendar
         if cal is not None:
             print("day2 figures:\n" + "\n".join(json.dumps(r) for r in cal.rows), file=sys.stderr)
         if station is not None:
-            for unit in (DOWNLOAD, SERVE, GOLIVE, WATCHDOG):
+            for unit in (DOWNLOAD, SERVE, GOLIVE, WATCHDOG, KEYS_UNIT, NGINX):
                 print(f"---- {unit} ----\n" + "\n".join(station.machine.journal(unit).splitlines()[-30:]),
                       file=sys.stderr)  # fmt: skip
             station.stop()
         webhook.__exit__()
         registry.stop()
+
+
+def _install_gateway_secrets(st: Station, work: Path) -> Path:
+    """What an operator puts on the station before the first switch (docs/gateway.md): the TLS certificate
+    and key where nginx reads them (a directory of group nginx), and alice's client key in the persistent
+    secrets directory (root-only: the keys unit loads it as a credential). Returns the test CA."""
+    ca, cert, key = generate_tls(work, ["llm.day2.test", "127.0.0.1"])
+    m = st.machine
+    m.run(["mkdir", "-p", TLS_DIR, str(Path(ALICE_PATH).parent)])
+    m.write(f"{TLS_DIR}/fullchain.pem", cert.read_text(), mode=0o644)
+    m.write(f"{TLS_DIR}/key.pem", key.read_text(), mode=0o640)
+    m.run(["chown", "-R", "root:nginx", TLS_DIR])
+    m.run(["chmod", "0750", TLS_DIR])
+    m.write(ALICE_PATH, ALICE_KEY + "\n", mode=0o600)
+    # Not the operator's: Debian's nginx keeps its temporary files in /var/lib/nginx (built in), nixpkgs'
+    # in /tmp (the unit's PrivateTmp). The link gives the stand-in the place nixpkgs' nginx would use.
+    m.run(["ln", "-sfn", "/tmp", "/var/lib/nginx"])
+    return ca
 
 
 def _state(st: Station, unit: str) -> dict[str, str]:
@@ -228,12 +260,66 @@ def test_step2_reboot_everything_active_again_secrets_present(cal: Calendar) -> 
                golive_ran_again_at_boot=_golive_runs(st) > 0, secrets_kept=secrets_kept)  # fmt: skip
 
 
+def _gateway(key: str, ca: Path) -> httpx.Client:
+    """A client of the station's gateway (TLS with the test CA) with a client key."""
+    return httpx.Client(base_url=GATEWAY, verify=ssl.create_default_context(cafile=str(ca)),
+                        headers={"Authorization": f"Bearer {key}"}, trust_env=False,
+                        timeout=httpx.Timeout(120, connect=5))  # fmt: skip
+
+
+def _gateway_status(key: str, ca: Path) -> int:
+    body = {"model": SERVED, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1}
+    with _gateway(key, ca) as client:
+        return client.post("/v1/chat/completions", json=body).status_code
+
+
 def test_step3_client_key_rotation_with_a_stream_in_flight(cal: Calendar) -> None:
-    pytest.skip(
-        "not written yet: client keys now rotate by an nginx reload (modules/gateway.nix, tested with the "
-        "real nginx in checks/test_gateway.py), but this tier does not run nginx under the machine's "
-        "systemd yet"
-    )
+    """docs/gateway.md's rotation: the new key in alice's file, `systemctl restart
+    vllm-station-gateway-keys` — the maps are written again and nginx reloads (not restarts) — while a
+    long stream goes through the gateway with the old key; then a bad key file: the keys unit fails
+    loudly and nginx keeps serving the keys it has."""
+    st, m = cal.station, cal.station.machine
+    _assert_serving(st)
+    st.wait_for("nginx active", lambda: _state(st, NGINX)["ActiveState"] == "active", 60)
+    nginx_before = _state(st, NGINX)
+    assert _gateway_status(ALICE_KEY, cal.ca) == 200
+    assert _gateway_status(ALICE_ROTATED, cal.ca) == 401
+    stream = _Long()
+    thread = threading.Thread(target=_long_request, args=(ALICE_KEY, stream, 1024, cal.ca), daemon=True)
+    thread.start()
+    assert stream.began.wait(120) and stream.error is None, stream
+    t0 = time.monotonic()
+    m.write(ALICE_PATH, ALICE_ROTATED + "\n", mode=0o600)
+    m.systemctl("restart", KEYS_UNIT, timeout=120)
+    # the reload is queued behind the keys unit's start (`--no-block`): the new key works once it is done
+    st.wait_for("the rotated key accepted", lambda: _gateway_status(ALICE_ROTATED, cal.ca) == 200, 60)
+    rotated_s = time.monotonic() - t0
+    thread.join(timeout=900)
+    assert (stream.error, stream.finish, stream.completion_tokens) == (None, "length", 1024), stream
+    assert stream.began.is_set() and stream.tokens > 0
+    assert _gateway_status(ALICE_KEY, cal.ca) == 401, "the old key is still accepted after the rotation"
+    nginx_after = _state(st, NGINX)
+    assert (nginx_after["MainPID"], nginx_after["InvocationID"], nginx_after["NRestarts"]) == (
+        nginx_before["MainPID"], nginx_before["InvocationID"], nginx_before["NRestarts"]), "nginx restarted"
+    assert "Reloaded" in m.journal(NGINX) or "Reloading" in m.journal(NGINX), m.journal(NGINX)[-2000:]
+
+    # A bad key file (too short): the keys unit fails and says why; nothing is reloaded; nginx serves on.
+    m.write(ALICE_PATH, "short\n", mode=0o600)
+    t1 = time.monotonic()
+    m.systemctl("restart", KEYS_UNIT, check=False, timeout=120)
+    keys = _state(st, KEYS_UNIT)
+    assert keys["ActiveState"] == "failed", keys
+    assert "alice" in m.journal(KEYS_UNIT).split("Stopped")[-1], m.journal(KEYS_UNIT)[-2000:]
+    assert _gateway_status(ALICE_ROTATED, cal.ca) == 200, "the gateway lost its keys on a bad key file"
+    assert _gateway_status(ALICE_KEY, cal.ca) == 401
+    assert _state(st, NGINX)["MainPID"] == nginx_before["MainPID"]
+    # put the good file back (the next steps use the gateway as it was)
+    m.write(ALICE_PATH, ALICE_ROTATED + "\n", mode=0o600)
+    m.systemctl("restart", KEYS_UNIT, timeout=120)
+    assert _state(st, KEYS_UNIT)["ActiveState"] == "active"
+    cal.report("3 client key rotation", t0, time.monotonic(), rotation_to_new_key_served_s=round(rotated_s, 1),
+               stream_tokens=stream.completion_tokens, nginx_restarts=0, old_key_status=401,
+               bad_key_file="keys unit failed; nginx kept serving", bad_key_file_s=round(time.monotonic() - t1, 1))  # fmt: skip
 
 
 def _status(key: str) -> int:
@@ -296,7 +382,7 @@ def _watchdog_looked_since(m: Any, t: float) -> bool:
 
 
 def _render_variant(cal: Calendar, example: str) -> Rendered:
-    return render(str(cal.tree), example, cal.image, hub=cal.hub.url)
+    return render(str(cal.tree), example, cal.image, hub=cal.hub.url, gateway=True)
 
 
 def _active_states(st: Station, units: list[str]) -> dict[str, str]:
@@ -338,7 +424,7 @@ def _activate(st: Station, new: Rendered) -> None:
     for d in show_derivations(_nix, new.drvs).values():
         for path in d.outputs.values():
             st.store.by_output.setdefault(path, d)
-    st.store.materialize_texts([*new.units.values(), *new.etc.values(), *new.tmpfiles])
+    st.store.materialize_texts([*new.units.values(), *new.etc.values(), *new.tmpfiles, *new.links.values()])
     st.rendered = new
     st.install()
 
@@ -361,50 +447,70 @@ def _nix(args: list[str]) -> str:
 
 
 def test_step6_checkpoint_upgrade_and_rollback(cal: Calendar) -> None:
-    """R1 → R2 → R1 in the composed station, each a switch. The upgrade: R2 is fetched beside R1 (the hub
-    serves it), verified, the download unit starts the engine on it, R1 stays (keepRevisions 2). The
-    rollback: R1's stamp is there, the engine starts on it at once, nothing is downloaded."""
+    """R1 → R2 → R1, each a switch, as docs/download.md's upgrade goes. First R2 in `prefetch`: a switch
+    that leaves the engine alone while the prefetch unit fetches R2 from the hub beside R1 and verifies it.
+    Then R2 pinned: one restart onto it, nothing left to download; R1 stays (keepRevisions 2). Then R1
+    pinned again (the rollback): one restart, nothing downloaded."""
     st, m = cal.station, cal.station.machine
     state = cal.hub.state
     r2 = "c" * 40
     r1_dir, r2_dir = REV_DIR, f"{MODEL_DIR}/revisions/{r2}"
     original = st.rendered
-    upgraded = render(str(cal.tree), cal.example, cal.image, hub=cal.hub.url, revision=r2)
+    prefetching = render(str(cal.tree), cal.example, cal.image, hub=cal.hub.url, prefetch=r2, gateway=True)
+    upgraded = render(str(cal.tree), cal.example, cal.image, hub=cal.hub.url, revision=r2, gateway=True)
+    assert prefetching.units[SERVE] == original.units[SERVE] and PREFETCH in prefetching.units
     assert r2_dir in upgraded.units[SERVE] and r1_dir not in upgraded.units[SERVE]
-    last_download = _state(st, DOWNLOAD)["InvocationID"]
+    serving = _assert_serving(st)
+    fetches = len(state.gets("model.safetensors"))
     state.commit, state.branches = r2, {"main": r2}
     t0 = time.monotonic()
     try:
-        plan = _switch_to(st, upgraded)
-        switch_s = time.monotonic() - t0
-        assert SERVE in plan.touched(), plan  # what is served changed: the engine restarts
-        st.wait_for("R2 downloaded, verified, the download unit done",
-                    lambda: (d := _state(st, DOWNLOAD))["InvocationID"] != last_download
+        plan = _switch_to(st, prefetching)
+        assert SERVE not in plan.touched() and GOLIVE not in plan.touched(), plan
+        st.wait_for("R2 fetched and verified beside R1 by the prefetch unit",
+                    lambda: (d := _state(st, PREFETCH))["InvocationID"] != ""
                     and d["ActiveState"] == "inactive" and d["Result"] == "success", 600)  # fmt: skip
-        st.wait_state("active", 900)
-        upgrade_s = time.monotonic() - t0
-        _assert_serving(st)
-        assert f"checkpoint {r2_dir} verified (revision {r2[:12]}" in m.journal(SERVE)
-        listed = m.run(["ls", "-1", f"{MODEL_DIR}/revisions"]).stdout.split()
-        assert sorted(listed) == sorted([REVISION, r2]), "R1 stays beside R2 for a rollback"
+        prefetch_s = time.monotonic() - t0
     finally:
         state.commit, state.branches = REVISION, {"main": REVISION}
-    st.wait_for("traffic flowing on R2", lambda: cal.traffic and cal.traffic.figures(time.monotonic() - 5, time.monotonic())["ok"],
-                120)  # fmt: skip
-    # rollback: the old pin again; nothing fetched
+    stamp = json.loads(m.run(["cat", f"{r2_dir}/.station-verified.json"]).stdout)
+    assert stamp.get("revision") == r2, stamp
+    assert len(state.gets("model.safetensors")) == fetches + 1, "R2's weights were not fetched"
+    # the engine served R1 throughout: the same invocation, nothing aborted
+    assert _state(st, SERVE)["InvocationID"] == serving["InvocationID"]
+    during = cal.traffic.figures(t0, time.monotonic()) if cal.traffic else {}
+    assert during.get("aborted", 0) == 0, during
+    # the upgrade proper: R2 pinned; the engine restarts onto it; nothing downloaded
     requests = len(state.requests)
     t1 = time.monotonic()
+    plan = _switch_to(st, upgraded)
+    assert SERVE in plan.touched(), plan  # what is served changed: the engine restarts
+    st.wait_for("the engine restarted", lambda: _state(st, SERVE)["InvocationID"] != serving["InvocationID"], 300)
+    st.wait_state("active", 900)
+    upgrade_s = time.monotonic() - t1
+    _assert_serving(st)
+    assert f"checkpoint {r2_dir} verified (revision {r2[:12]}" in m.journal(SERVE)
+    assert len(state.requests) == requests, "the pin of a prefetched revision downloaded something"
+    assert m.show(DOWNLOAD, "ConditionResult")["ConditionResult"] == "no", "the download unit was skipped"
+    listed = m.run(["ls", "-1", f"{MODEL_DIR}/revisions"]).stdout.split()
+    assert sorted(listed) == sorted([REVISION, r2]), "R1 stays beside R2 for a rollback"
+    st.wait_for("traffic flowing on R2", lambda: cal.traffic and cal.traffic.figures(time.monotonic() - 5, time.monotonic())["ok"],
+                120)  # fmt: skip
+    upgrade = cal.traffic.figures(t1, time.monotonic()) if cal.traffic else {}
+    # rollback: the old pin again; nothing fetched
+    t2 = time.monotonic()
     _switch_to(st, original)
     st.wait_state("active", 900)
-    rollback_s = time.monotonic() - t1
+    rollback_s = time.monotonic() - t2
     assert m.show(DOWNLOAD, "ConditionResult")["ConditionResult"] == "no", "the download unit was skipped"
     assert len(state.requests) == requests, "the rollback downloaded something"
     journal = m.journal(SERVE)
     assert journal.rfind(f"checkpoint {r1_dir} verified") > journal.rfind(f"checkpoint {r2_dir} verified")
     st.wait_for("traffic flowing on R1", lambda: cal.traffic and cal.traffic.figures(time.monotonic() - 5, time.monotonic())["ok"],
                 120)  # fmt: skip
-    cal.report("6 checkpoint upgrade + rollback", t0, time.monotonic(), switch_returned_s=round(switch_s, 1),
-               upgrade_to_serving_s=round(upgrade_s, 1), rollback_to_serving_s=round(rollback_s, 1))  # fmt: skip
+    cal.report("6 checkpoint upgrade + rollback", t0, time.monotonic(), prefetch_s=round(prefetch_s, 1),
+               prefetch_downtime_s=during.get("downtime_s"), upgrade_to_serving_s=round(upgrade_s, 1),
+               upgrade_downtime_s=upgrade.get("downtime_s"), rollback_to_serving_s=round(rollback_s, 1))  # fmt: skip
 
 
 @dataclass
@@ -418,14 +524,15 @@ class _Long:
     began: threading.Event = field(default_factory=threading.Event)
 
 
-def _long_request(key: str, out: _Long, max_tokens: int) -> None:
+def _long_request(key: str, out: _Long, max_tokens: int, gateway_ca: Path | None = None) -> None:
+    """One long stream, to the engine directly or (with the gateway's CA) through the gateway."""
     body = {"model": SERVED, "messages": [{"role": "user", "content": "Tell a long story."}],
             "max_tokens": max_tokens, "ignore_eos": True, "stream": True,
             "stream_options": {"include_usage": True}}  # fmt: skip
     try:
         with (
-            httpx.Client(timeout=httpx.Timeout(900, connect=5)) as client,
-            client.stream("POST", f"{BASE}/v1/chat/completions", json=body,
+            (_gateway(key, gateway_ca) if gateway_ca else httpx.Client(timeout=httpx.Timeout(900, connect=5))) as client,
+            client.stream("POST", f"{GATEWAY if gateway_ca else BASE}/v1/chat/completions", json=body,
                           headers={"Authorization": f"Bearer {key}"}) as r,  # fmt: skip
         ):
             if r.status_code != 200:

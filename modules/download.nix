@@ -12,7 +12,9 @@
 # returns without waiting for the download); after a fetch and its verification, this unit's last step
 # starts it (`systemctl start --no-block`, see `startServingArgs` for why not `OnSuccess=`). Before that,
 # `station revisions prune` keeps the pinned revision and the `keepRevisions` newest verified ones and
-# deletes the older ones.
+# deletes the older ones. An upgrade with the engine serving throughout lists the next revision in
+# `prefetch` first: its own unit (`vllm-station-prefetch-<name>`) fetches and verifies it beside the pin
+# without touching the serving unit; pinning it afterwards restarts the engine onto it, nothing to fetch.
 #
 # Checkpoints live under /var/lib/vllm-station-models, not in the serving unit's StateDirectory
 # (/var/lib/vllm-station): systemd chowns a StateDirectory to its unit's user, recursively when the

@@ -51,8 +51,9 @@ in
       serverName = "llm.day2.test";
       host = "127.0.0.1";
       port = 8443;
-      tls.certificateFile = "/var/lib/vllm-station-secrets/gateway/fullchain.pem";
-      tls.keyFile = "/var/lib/vllm-station-secrets/gateway/key.pem";
+      # nginx reads these itself (as user nginx): a directory of group nginx, as docs/gateway.md says.
+      tls.certificateFile = "/var/lib/vllm-station-gateway/fullchain.pem";
+      tls.keyFile = "/var/lib/vllm-station-gateway/key.pem";
       keys.alice.file = "/var/lib/vllm-station-secrets/gateway/alice";
     };
 

@@ -4,6 +4,7 @@
 #   nix-instantiate --eval --strict --json checks/system/render.nix \
 #     --argstr nixosTree "$NIXOS_TREE" --argstr example flash-station --argstr image REF@sha256:… \
 #     [--argstr hubEndpoint http://127.0.0.1:P] [--argstr memlock BYTES] [--argstr revision 40HEX]
+#     [--argstr prefetch 40HEX] [--arg gateway true]
 #
 # The example is evaluated as it is, plus the test-only definitions below (each says why).
 # Evaluate with --read-write-mode: the harness reads the derivations the texts name (`nix derivation show`).
@@ -15,8 +16,12 @@
 #   groups   [ name ]
 #   tmpfiles [ "d /path mode user group -" ]  the project's tmpfiles.d lines (and the `L+` link to the
 #                                            `station` package that the serving unit's steps run)
+#   links    { "<path under /etc>" = "/nix/store/…"; } /etc entries NixOS links to a store file (nginx.conf)
 #   drvs     [ "/nix/store/….drv" ]          the derivations the texts refer to (their string context):
 #                                            the harness maps each output to what it holds
+#
+# With `--arg gateway true` the gateway runs too: nginx's units as nixpkgs renders them (nginx.service,
+# nginx-config-reload.service), the gateway's keys unit, nginx's account and /etc/nginx/nginx.conf.
 {
   nixosTree ? builtins.getEnv "NIXOS_TREE",
   example,
@@ -26,6 +31,10 @@
   memlock ? "",
   # An operator's change under test: every download entry pinned to this revision (a checkpoint upgrade).
   revision ? "",
+  # The first half of a checkpoint upgrade: every download entry prefetches this revision beside its pin.
+  prefetch ? "",
+  # Run the gateway as well: nginx (Debian's, with the configuration NixOS renders) and its keys unit.
+  gateway ? false,
 }:
 let
   inherit (import ../nixos/eval.nix { inherit nixosTree; }) lib evalExample;
@@ -33,13 +42,19 @@ let
 
   # ---- test-only definitions: the only differences from the example, each with its reason ----
   testOnly =
-    { lib, ... }:
+    { lib, pkgs, ... }:
     {
       services.vllm-station.serve = {
         # The CDI device (`--device nvidia.com/gpu=all`) needs a GPU and NVIDIA's container toolkit.
         gpuDevices = lib.mkForce [ ];
         # The test image (station simulate behind `vllm serve`'s arguments), by digest, in the local registry.
         image = lib.mkForce image;
+      };
+      services.nginx = lib.mkIf gateway {
+        # nginx.conf as text: without building it (gixy and the formatter are not here); the text is the
+        # same. nixpkgs renders for nginx's version: Debian's is 1.22 (`listen … http2`).
+        validateConfigFile = false;
+        package = pkgs.nginxStable.overrideAttrs { version = "1.22.1"; };
       };
     };
   # Read from a first evaluation, so the second can rewrite single values without recursion.
@@ -67,6 +82,11 @@ let
         copyBandwidthLimit = lib.mkIf (m.copyFrom != null) "4M";
       }) first.services.vllm-station.download.models;
     }
+    (lib.mkIf (prefetch != "") {
+      services.vllm-station.download.models = lib.mapAttrs (_: _: {
+        prefetch = [ prefetch ];
+      }) first.services.vllm-station.download.models;
+    })
     (lib.mkIf (revision != "") {
       services.vllm-station.download.models = lib.mapAttrs (_: _: {
         revision = lib.mkForce revision;
@@ -86,8 +106,20 @@ let
   # under systemd; the gateway — nginx with its keys step — is run by checks/test_gateway*.py with
   # Debian's nginx and the configuration NixOS renders. The machine has no nginx to require it.
   gatewayUnit = name: lib.hasPrefix "vllm-station-gateway" name;
+  # With `gateway`: the gateway's units and nixpkgs' nginx units run too (nginx is Debian's program).
+  nginxUnits = [
+    "nginx.service"
+    "nginx-config-reload.service"
+  ];
+  wanted =
+    name:
+    if gateway then ours name || lib.elem name nginxUnits else ours name && !gatewayUnit name;
   units = lib.mapAttrs (_: u: u.text) (
-    lib.filterAttrs (name: u: ours name && !gatewayUnit name && u.enable && u ? text) config.systemd.units
+    lib.filterAttrs (name: u: wanted name && u.enable && u ? text) config.systemd.units
+  );
+  # /etc entries that are links to a store file (nixpkgs' nginx with enableReload: /etc/nginx/nginx.conf)
+  links = lib.mapAttrs (_: e: "${e.source}") (
+    lib.filterAttrs (name: e: gateway && name == "nginx/nginx.conf" && e.enable) config.environment.etc
   );
   etcEntries = lib.filterAttrs (name: e: ours name && e.enable) config.environment.etc;
   etc = lib.mapAttrs (
@@ -97,12 +129,12 @@ let
   failed = map (a: a.message) (lib.filter (a: !a.assertion) config.assertions);
   # the project's tmpfiles lines: directories, and the link the serving unit runs `station` through
   tmpfiles = lib.filter (lib.hasInfix "vllm-station") config.systemd.tmpfiles.rules;
-  texts = lib.attrValues units ++ lib.attrValues etc ++ tmpfiles;
+  texts = lib.attrValues units ++ lib.attrValues etc ++ tmpfiles ++ lib.attrValues links;
   context = lib.foldl' (acc: t: acc // builtins.getContext t) { } texts;
   users = lib.mapAttrsToList (name: u: {
     inherit name;
     inherit (u) group isSystemUser uid;
-  }) (lib.filterAttrs (name: u: ours name) config.users.users);
+  }) (lib.filterAttrs (name: u: ours name || (gateway && name == "nginx")) config.users.users);
 in
 if failed != [ ] then
   throw "assertions failed:\n${lib.concatStringsSep "\n" failed}"
@@ -113,6 +145,7 @@ else
     inherit users;
     # the project's tmpfiles lines (systemd-tmpfiles --create runs them in the machine)
     tmpfiles = map builtins.unsafeDiscardStringContext tmpfiles;
-    groups = lib.attrNames (lib.filterAttrs (name: _: ours name) config.users.groups);
+    groups = lib.attrNames (lib.filterAttrs (name: _: ours name || (gateway && name == "nginx")) config.users.groups);
+    links = lib.mapAttrs (_: builtins.unsafeDiscardStringContext) links;
     drvs = lib.attrNames (lib.filterAttrs (_: c: c ? outputs) context);
   }

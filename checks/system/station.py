@@ -69,6 +69,7 @@ class Rendered:
     groups: list[str]
     tmpfiles: list[str]
     drvs: list[str]
+    links: dict[str, str]  # /etc path -> the store file NixOS links there (nginx.conf with the gateway)
 
 
 def memlock_limit() -> str:
@@ -77,7 +78,17 @@ def memlock_limit() -> str:
     return "" if hard == resource.RLIM_INFINITY else str(hard)
 
 
-def render(nixos_tree: str, example: str, image: str, hub: str = "", revision: str = "") -> Rendered:
+def render(
+    nixos_tree: str,
+    example: str,
+    image: str,
+    hub: str = "",
+    revision: str = "",
+    gateway: bool = False,
+    prefetch: str = "",
+) -> Rendered:
+    """What NixOS renders for `example` (render.nix); `gateway`: nginx and the gateway's keys unit too;
+    `revision` / `prefetch`: every download entry pinned to / prefetching that revision."""
     args = [
         "nix-instantiate",
         "--eval",
@@ -103,6 +114,12 @@ def render(nixos_tree: str, example: str, image: str, hub: str = "", revision: s
         "--argstr",
         "revision",
         revision,
+        "--argstr",
+        "prefetch",
+        prefetch,
+        "--arg",
+        "gateway",
+        "true" if gateway else "false",
     ]
     proc = run_nix(args, timeout=600)
     if proc.returncode != 0:
@@ -184,7 +201,9 @@ class Station:
             work / "store", show_derivations(_nix_stdout, rendered.drvs), station_bin
         )
         # tmpfiles: the `L+` link to the `station` package that the serving unit and golive run
-        self.store.materialize_texts([*rendered.units.values(), *rendered.etc.values(), *rendered.tmpfiles])
+        self.store.materialize_texts(
+            [*rendered.units.values(), *rendered.etc.values(), *rendered.tmpfiles, *rendered.links.values()]
+        )
         self.machine = Machine(
             name=name,
             work=work / "machine",
@@ -247,6 +266,14 @@ class Station:
             m.run(["systemd-tmpfiles", "--create", "/etc/tmpfiles.d/vllm-station.conf"])
         for path, text in r.etc.items():
             m.write(f"/etc/{path}", text)
+        for path, target in r.links.items():
+            m.run(["mkdir", "-p", str(Path(f"/etc/{path}").parent)])
+            m.run(["ln", "-sfn", target, f"/etc/{path}"])
+        # nixpkgs' units call the running system's systemctl by /run/current-system/systemd (NixOS's
+        # activation links it): here that is Debian's systemd in /usr.
+        if any("/run/current-system/systemd/" in text for text in r.units.values()):
+            m.run(["mkdir", "-p", "/run/current-system"])
+            m.run(["ln", "-sfn", "/usr", "/run/current-system/systemd"])
         for name, text in r.units.items():
             m.write(f"/etc/systemd/system/{name}", text)
             # NixOS turns wantedBy/requiredBy into .wants/.requires links itself (no `systemctl enable`)

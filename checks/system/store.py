@@ -25,24 +25,30 @@ STORE_PATH = re.compile(r"/nix/store/[0-9a-z]{32}-[^/\s\"'`;:$]+")
 
 @dataclass(frozen=True)
 class Debian:
-    """The programs (bin/, sbin/) of a Debian package, linked into the store path's bin/ and sbin/."""
+    """The programs (bin/, sbin/) of a Debian package, linked into the store path's bin/ and sbin/; `also`:
+    (package, program) pairs nixpkgs' package bundles and Debian ships elsewhere (coreutils' `kill` is
+    procps' there), those programs only."""
 
     package: str
+    also: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
 class Links:
-    """Explicit links: relative path inside the store path -> absolute path on this machine."""
+    """Explicit links: relative path inside the store path -> absolute path on this machine. `copies`: the
+    same, copied in instead: files under this machine's /etc, which a booted test machine does not see
+    (its /etc is its own: machine.py)."""
 
     links: tuple[tuple[str, str], ...]
+    copies: tuple[tuple[str, str], ...] = ()
 
 
 Mapping = Debian | Links | Callable[["Derivation"], Links]
 
 # nixpkgs pname -> what stands for it here. Keep this small and explicit: an unmapped pname fails.
 PACKAGES: dict[str, Mapping] = {
-    "coreutils": Debian("coreutils"),
-    "coreutils-full": Debian("coreutils"),
+    "coreutils": Debian("coreutils", also=(("procps", "kill"),)),
+    "coreutils-full": Debian("coreutils", also=(("procps", "kill"),)),
     "findutils": Debian("findutils"),
     "gnugrep": Debian("grep"),
     "gnused": Debian("sed"),
@@ -56,6 +62,15 @@ PACKAGES: dict[str, Mapping] = {
     "numactl": Debian("numactl"),
     "rsync": Debian("rsync"),
     "tzdata": Links((("share/zoneinfo", "/usr/share/zoneinfo"),)),
+    # the gateway (render.nix with `gateway`): Debian's nginx 1.22 and the files nginx.conf includes
+    "nginx": Links(
+        (("bin/nginx", "/usr/sbin/nginx"),),
+        copies=(
+            ("conf/fastcgi.conf", "/etc/nginx/fastcgi.conf"),
+            ("conf/uwsgi_params", "/etc/nginx/uwsgi_params"),
+        ),
+    ),
+    "mailcap": Links((), copies=(("etc/nginx/mime.types", "/etc/nginx/mime.types"),)),
     "glibc-locales": Links(
         (("lib/locale/locale-archive", "/usr/lib/locale/locale-archive"),)
     ),
@@ -167,14 +182,24 @@ class StoreMap:
         target = self.root / Path(path).name
         target.mkdir(parents=True, exist_ok=True)
         if d.is_text:
-            target.rmdir()
-            target.write_text(d.env["text"])
+            # writeTextFile's `destination` (writeShellScriptBin, systemd's unit scripts: `$out/bin/NAME`)
+            # is in its build command as `target=$out/…`; none: the store path is the file itself.
+            dest = re.search(r"^target=\$out(/\S+)?$", d.env.get("buildCommand", ""), re.MULTILINE)
+            file = target / dest.group(1).lstrip("/") if dest and dest.group(1) else target
+            if file == target:
+                target.rmdir()
+            file.parent.mkdir(parents=True, exist_ok=True)
+            file.write_text(d.env["text"])
             if d.env.get("executable") == "1":
-                target.chmod(0o755)
+                file.chmod(0o755)
             self.made[path] = "text"
             self.materialize_texts([d.env["text"]])
             return
         links = self._links(d)
+        mapping = PACKAGES.get(d.pname)
+        for rel, real in mapping.copies if isinstance(mapping, Links) else ():
+            (target / rel).parent.mkdir(parents=True, exist_ok=True)
+            (target / rel).write_bytes(Path(real).read_bytes())
         for rel, real in links.items():
             link = target / rel
             link.parent.mkdir(parents=True, exist_ok=True)
@@ -198,5 +223,10 @@ class StoreMap:
         if callable(mapping):
             mapping = mapping(d)
         if isinstance(mapping, Debian):
-            return debian_programs(mapping.package)
+            programs = debian_programs(mapping.package)
+            for package, program in mapping.also:
+                for rel, real in debian_programs(package).items():
+                    if rel.rsplit("/", 1)[-1] == program:
+                        programs.setdefault(rel, real)
+            return programs
         return dict(mapping.links)
