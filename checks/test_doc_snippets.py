@@ -179,8 +179,11 @@ def test_the_try_block_runs_as_written(tmp_path: Path) -> None:
     # no `station` on PATH but the one the block installs (the dev venv's bin/ left out)
     path = ":".join(p for p in os.environ.get("PATH", "/usr/bin:/bin").split(":")
                     if p and not Path(p, "station").exists())  # fmt: skip
-    env = {"HOME": str(home), "PATH": path, "LANG": "C.UTF-8", "PIP_CACHE_DIR": str(PIP_CACHE),
-           "PIP_DISABLE_PIP_VERSION_CHECK": "1", "MPLBACKEND": "Agg", "TMPDIR": str(tmp_path)}  # fmt: skip
+    # a newcomer's shell: the machine's settings (proxies, pip's index) kept; no dev venv, no key, a fresh HOME
+    dropped = {"PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "STATION_API_KEY", "OPENAI_API_KEY"}
+    env = {k: v for k, v in os.environ.items() if k not in dropped}
+    env |= {"HOME": str(home), "PATH": path, "PIP_CACHE_DIR": str(PIP_CACHE), "MPLBACKEND": "Agg",
+            "TMPDIR": str(tmp_path)}  # fmt: skip
     proc = subprocess.Popen(["bash", "-e", "-c", script], cwd=work, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)  # fmt: skip
     try:
