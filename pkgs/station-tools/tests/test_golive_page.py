@@ -9,7 +9,7 @@ import re
 from html.parser import HTMLParser
 from typing import Any
 
-from vllm_station.gates.page import _bench_section, to_html
+from vllm_station.gates.page import _agent_section, _bench_section, to_html
 
 
 def test_failed_requests_and_rounded_figures() -> None:
@@ -168,6 +168,12 @@ def test_a_missed_needle_is_never_hidden_by_other_variants_at_the_same_place() -
     assert red_crowded >= 0.9 * red_alone, (red_crowded, red_alone)
     none_missed = [_needle(v, 50, True) for v in ("single", "multikey", "tool")]
     assert _red_pixels(_Page(to_html(_report(none_missed))).images["needle plot"]) == 0
+
+
+def test_agent_pass_hat_rounded() -> None:
+    page = _agent_section({"repeats": 3, "pass_hat": {"pass^1": 0.9333333333333333, "pass^3": 0.8},
+                           "results": []})  # fmt: skip
+    assert "<p>pass^1 0.93, pass^3 0.80</p>" in page, page
 
 
 def test_needle_rows_say_missed_or_request_failed() -> None:

@@ -143,8 +143,8 @@ def _agent_section(rep: dict[str, Any]) -> str:
          "<br>".join(_e(f"{f['class']}: {f['detail']}") for t in r["trials"] for f in t["failures"])]
         for r in rep.get("results") or []
     ]  # fmt: skip
-    hats = ", ".join(f"{k} {v}" for k, v in (rep.get("pass_hat") or {}).items())
-    return f"<p>{_e(hats)}</p>" + _table(["task", "domain", "passed", "failures"], rows)
+    hats = ", ".join(f"{_e(k)} {_num(v, 2)}" for k, v in (rep.get("pass_hat") or {}).items())
+    return f"<p>{hats}</p>" + _table(["task", "domain", "passed", "failures"], rows)
 
 
 def _needle_section(rep: dict[str, Any]) -> str:
