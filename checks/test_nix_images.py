@@ -219,6 +219,22 @@ def test_option_uses_found() -> None:
         assert path in uses, f"{path} not found among {sorted(uses)}"
 
 
+def test_release_doc_names_exactly_the_sources_the_grep_reads() -> None:
+    """docs/release.md says which files the option-name grep reads and which examples it does not: both
+    must be what `_SOURCES` is (a source added here or there without the other fails)."""
+    doc = (REPO / "docs" / "release.md").read_text()
+    para = doc[doc.index("The rest is checked by a grep") :].split("\n\n", 1)[0]
+    reads, _, not_seen = para.partition("What it does not see")
+    named = set(re.findall(r"`([\w./-]+\.nix|modules/)`", reads))
+    expected = {"modules/" if src == "modules/**/*.nix" else Path(src).name if "examples" in src else src
+                for src in _SOURCES}  # fmt: skip
+    assert named == expected, f"docs/release.md names {sorted(named)}; the grep reads {_SOURCES}"
+    unread = {p.stem.removesuffix("-station") for p in (REPO / "checks" / "examples").glob("*-station.nix")}
+    unread -= {Path(src).stem.removesuffix("-station") for src in _SOURCES}
+    for example in unread:
+        assert example in not_seen, f"docs/release.md does not say the grep skips the {example} example"
+
+
 def test_install_lock_pins_the_evaluated_disko() -> None:
     """install/flake.lock: disko by release tag, its narHash that of the tree the tests evaluate; nixpkgs
     follows the main flake's, whose lock entry it repeats unchanged (a bump updates both)."""

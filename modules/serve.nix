@@ -565,7 +565,8 @@ in
     package = mkPackageOption pkgs [ "python3Packages" "vllm" ] {
       extraDescription = ''
         Used only with `backend = "native"`; it must provide `bin/vllm`.
-        (nixpkgs' vLLM is marked broken on aarch64 with CUDA: GB300 stations use the container backend.)
+        GB300 stations use the container backend: nixpkgs 24.11 (the offline test tree) marks its vLLM
+        0.6.2 broken on every platform, and no vLLM build from the locked nixpkgs is built or tested here.
       '';
     };
 

@@ -245,7 +245,7 @@ let
       toplevel-instantiates = ok "toplevel drvPath" (lib.hasSuffix ".drv" config.system.build.toplevel.drvPath);
     };
 
-  # The native backend on the same example (a stand-in `vllm`: nixpkgs' is marked broken with CUDA),
+  # The native backend on the same example (a stand-in `vllm`: 24.11's vLLM 0.6.2 is marked broken),
   # for its rendering and its systemd-analyze exposure.
   nativeChecks =
     config:
