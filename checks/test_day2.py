@@ -1,7 +1,8 @@
 """Tier `day2`: one composed station through its operator's calendar, under a real systemd.
 
-checks/day2/station.nix enables everything together — serve (vLLM's CPU build in the container, serving the
-project's small tool-calling model, as checks/examples/cpu-station.nix), download + verify (from a local
+checks/day2/station.nix enables everything together — serve (checks/examples/cpu-station.nix itself: vLLM's
+CPU build in the container, serving the project's small tool-calling model; step 1 reads from vLLM's log
+that it parsed the rendered command line, step 7 that it exits 0 on SIGTERM), download + verify (from a local
 fake of the Hugging Face Hub), the gateway, monitoring (probe, watchdog, Prometheus, Alertmanager with a
 webhook receiver, node_exporter) and golive — with scaled timers stated in that file (RestartSec 2 s, a
 watchdog look every 3 s and 2 wedge verdicts, the probe every 30 s, golive's gates sized for a 4 M-parameter
@@ -61,6 +62,7 @@ REPO_ID = "local/tiny-tools"
 REVISION = "5d0c1e2f3a4b5c6d7e8f9a0b1c2d3e4f5a6b7c8d"  # checks/day2/station.nix
 REV_DIR = f"{MODEL_DIR}/revisions/{REVISION}"  # the pinned revision's directory (contract.revisionDir)
 SERVE = "vllm-station.service"
+CONTAINER = "vllm-station"  # serve.nix: the container is named after the unit
 DOWNLOAD = "vllm-station-download-tiny-tools.service"
 GOLIVE = "vllm-station-golive.service"
 WATCHDOG = "vllm-station-watchdog.service"
@@ -219,6 +221,11 @@ def test_step1_install_first_switch_download_verify_serving_golive_go(cal: Calen
     st.wait_state("active", 900)
     s = _assert_serving(st)
     assert s["NRestarts"] == "0", s
+    # vLLM itself parsed checks/examples/cpu-station.nix's rendered command line and loaded the model
+    journal = m.journal(SERVE)
+    assert "Resolved architecture: Qwen2ForCausalLM" in journal, journal[-3000:]
+    assert "'tool_call_parser': 'hermes'" in journal and "'max_model_len': 2048" in journal
+    assert "ready after" in journal
     # golive ran after it and said GO
     st.wait_for("golive done", lambda: _state(st, GOLIVE)["ActiveState"] in ("active", "failed"), 900)
     g = _state(st, GOLIVE)
@@ -575,12 +582,16 @@ def test_step7_restart_under_load(cal: Calendar) -> None:
         assert o.began.wait(120) and o.error is None, o
     before = _state(st, SERVE)
     t0 = time.monotonic()
-    m.systemctl("restart", SERVE, timeout=1200)
+    # `systemctl restart` in its two halves, to read how vLLM ended between them
+    m.systemctl("stop", SERVE, timeout=1200)
+    exit_code = m.run(["docker", "inspect", "--format", "{{.State.ExitCode}}", CONTAINER]).stdout.strip()
+    m.systemctl("start", SERVE, timeout=1200)
     restart_s = time.monotonic() - t0
     for t in threads:
         t.join(timeout=900)
     after = _assert_serving(st)
     assert after["InvocationID"] != before["InvocationID"]
+    assert exit_code == "0", f"vLLM exited {exit_code} on SIGTERM (the drain, then its shutdown timeout)"
     completed = [o for o in longs if o.error is None and o.finish == "length" and o.completion_tokens == 1024]
     assert len(completed) == len(longs), [(o.tokens, o.completion_tokens, o.finish, o.error) for o in longs]
     journal = m.journal(SERVE)

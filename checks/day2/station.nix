@@ -1,5 +1,5 @@
 # The day2 tier's station (checks/test_day2.py): every feature of the project enabled together on one
-# machine, as an operator would run them — serve (vLLM's CPU build, as checks/examples/cpu-station.nix),
+# machine, as an operator would run them — serve (checks/examples/cpu-station.nix, imported as it is),
 # download (from the test's local hub) and verify, the gateway, monitoring (Prometheus, Alertmanager with a
 # webhook receiver, node_exporter, the probe and the watchdog) and golive.
 #
@@ -16,22 +16,12 @@ let
   model = "/var/lib/vllm-station-models/tiny-tools";
 in
 {
+  # The CPU example as an operator writes it (vLLM's CPU build serving the small tool-calling model):
+  # this tier is its proof under systemd too — the rendered command line vLLM accepts, readiness, smoke.
+  imports = [ ../examples/cpu-station.nix ];
+
   services.vllm-station = {
     serve = {
-      enable = true;
-      # checks/system/render.nix replaces it with the test image's digest.
-      image = "registry.example/vllm-cpu@sha256:7d3c1e5a9b0f2d4c6e8a1b3d5f7092e4c6a8b0d2f4e6a8c0b2d4f6e8a0c2e4f6";
-      gpuDevices = [ ];
-      inherit model;
-      servedModelName = "tiny-tools";
-      host = "127.0.0.1";
-      port = 8899;
-      maxModelLen = 2048;
-      enableAutoToolChoice = true;
-      toolCallParser = "hermes";
-      extraFlags = [ "--enforce-eager" ];
-      environment.VLLM_CPU_KVCACHE_SPACE = "1";
-      startTimeout = 600;
       # The station's own key: the serving unit, the gateway, the probe, the watchdog and golive read it.
       # In the persistent, root-only secrets directory (docs/secrets.md): it outlives a reboot.
       apiKeyFile = "/var/lib/vllm-station-secrets/vllm-api-key";
@@ -91,12 +81,5 @@ in
 
   systemd.services.vllm-station.serviceConfig.RestartSec = lib.mkForce 2;
 
-  boot.loader.grub.enable = false;
-  boot.loader.systemd-boot.enable = true;
-  fileSystems."/" = {
-    device = "/dev/disk/by-label/nixos";
-    fsType = "ext4";
-  };
-  networking.hostName = "day2-station";
-  system.stateVersion = "24.11";
+  networking.hostName = lib.mkForce "day2-station";
 }
