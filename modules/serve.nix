@@ -72,6 +72,8 @@ let
   presets = import ./presets;
   checkedWith = import ./presets/checked-with.nix;
   contract = import ./lib/contract.nix;
+  unit = import ./lib/unit.nix { inherit lib utils; };
+  apiKey = unit.vllmApiKey cfg name;
 
   inherit (contract) isLoopback;
   # vLLM 0.32's routes outside /v1, which its --api-key does not guard (read from vllm/entrypoints:
@@ -205,15 +207,16 @@ let
 
   # Reads the key from the unit's credential at start and exports it for vLLM (and for the
   # runtime client, which forwards it with `--env VLLM_API_KEY`): the key never appears in the
-  # unit, the Nix store or any process's argument list. `%d` (the credentials directory) is
-  # systemd's to expand, so that one argument is quoted by hand (escaping would double the `%`).
-  secretEnvPrefix = optionalString (cfg.apiKeyFile != null) "${utils.escapeSystemdExecArgs [
+  # unit, the Nix store or any process's argument list (modules/lib/unit.nix renders the credential).
+  secretEnvPrefix = optionals (cfg.apiKeyFile != null) [
     station
     "exec"
     "--secret-env"
-  ]} \"VLLM_API_KEY=%d/api-key\" \"--\" ";
+    apiKey.envArg
+    "--"
+  ];
 
-  startCommand = secretEnvPrefix + utils.escapeSystemdExecArgs (if isContainer then containerArgs else nativeArgs);
+  startCommand = unit.execLine (secretEnvPrefix ++ (if isContainer then containerArgs else nativeArgs));
 
   # ---- the start sequence's steps (the order is in `serviceConfig` below) ----
   # 1. A local checkpoint must carry the stamp `station verify` writes (download.nix declares the
@@ -442,18 +445,14 @@ let
     };
   record = fields: types.submodule { options = lib.mapAttrs (_: type: mkOption { inherit type; }) fields; };
 
-  inherit (contract) isSecretPath;
+  inherit (unit) isSecretPath;
   # The files this unit loads at each start, checked before it loads them (modules/secrets.nix).
-  secretFiles = lib.filter (s: s.path != null) [
-    {
-      option = "services.vllm-station.serve.apiKeyFile";
-      path = cfg.apiKeyFile;
-    }
-    {
+  secretFiles =
+    apiKey.secretFiles
+    ++ optional (cfg.environmentFile != null) {
       option = "services.vllm-station.serve.environmentFile";
       path = cfg.environmentFile;
-    }
-  ];
+    };
   secretsCheck = optionals (secretFiles != [ ]) [ (contract.secretsCheckUnit name) ];
 
   # Presets set option values under services.vllm-station with mkDefault. Walking the declared
@@ -1022,7 +1021,7 @@ in
             RuntimeDirectory = name;
             WorkingDirectory = stateDir;
           }
-          // optionalAttrs (cfg.apiKeyFile != null) { LoadCredential = [ "api-key:${cfg.apiKeyFile}" ]; }
+          // optionalAttrs (cfg.apiKeyFile != null) { LoadCredential = unit.loadCredential apiKey.credentials; }
           # RDMA registers (pins) GPU and host buffers; the default 8 MiB limit makes it fail.
           // optionalAttrs inputs.unlimitedMemlock { LimitMEMLOCK = "infinity"; }
           # Native: SIGTERM to vLLM's API server alone, which drains and then stops its engine processes

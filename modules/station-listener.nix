@@ -11,6 +11,7 @@
 {
   config,
   lib,
+  utils,
   ...
 }:
 let
@@ -24,6 +25,7 @@ let
   cfg = config.services.vllm-station.stationListener;
   serve = config.services.vllm-station.serve;
   contract = import ./lib/contract.nix;
+  unit = import ./lib/unit.nix { inherit lib utils; };
 
   vhost = "vllm-station-listener";
   accessLog = "/var/log/nginx/vllm-station-listener.log";
@@ -35,7 +37,7 @@ let
     a:
     builtins.match "[0-9]{1,3}([.][0-9]{1,3}){3}(/[0-9]{1,2})?" a != null
     || builtins.match "[0-9A-Fa-f:]*:[0-9A-Fa-f:.]*(/[0-9]{1,3})?" a != null;
-  inherit (contract) isSecretPath;
+  inherit (unit) isSecretPath;
   open = !isLoopback cfg.host;
 
   # iptables: one rule a source, built from a list and escaped. The 24.11 iptables firewall has no

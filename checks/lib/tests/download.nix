@@ -33,8 +33,18 @@ let
 
   unitOf = config: config.systemd.services.vllm-station-download-glm53;
   dsc = config: (unitOf config).serviceConfig;
-  tokenSuffix = " --token-file %d/hf-token";
-  startArgv = config: h.argv (lib.removeSuffix tokenSuffix (dsc config).ExecStart);
+  # The hub token through its credential (modules/lib/unit.nix): `%d` once, for systemd to expand.
+  tokenArgs = [
+    "--token-file"
+    "%d/hf-token"
+  ];
+  execArgv = config: h.argv (dsc config).ExecStart;
+  startArgv =
+    config:
+    let
+      argv = execArgv config;
+    in
+    if lib.takeEnd 2 argv == tokenArgs then lib.dropEnd 2 argv else argv;
   station = "${h.fake.station}/bin/station"; # the download units: the store path (a oneshot)
   linked = "/run/vllm-station-tools/bin/station"; # the serving unit's steps: the stable link (serve.nix)
   # The download's last step when it serves the entry: `+systemctl start --no-block UNITS` (privileged),
@@ -132,7 +142,8 @@ in
       "--expect-shards"
       "50"
     ]
-    ++ h.ok "token through a credential" (lib.hasSuffix tokenSuffix (dsc config).ExecStart)
+    ++ h.eq "token through a credential" (lib.takeEnd 2 (execArgv config)) tokenArgs
+    ++ h.ok "%d quoted once, not escaped to %%d" (lib.hasSuffix " \"%d/hf-token\"" (dsc config).ExecStart)
     ++ h.eq "LoadCredential" (dsc config).LoadCredential [ "hf-token:/run/secrets/hf-token" ]
     ++ h.ok "token path not in the command line" (!lib.hasInfix "/run/secrets/hf-token" (dsc config).ExecStart)
   );

@@ -23,7 +23,11 @@ let
       builtins.unsafeDiscardStringContext config.environment.etc."vllm-station/golive.json".text
     );
   station = "/run/vllm-station-tools/bin/station"; # the stable link (serve.nix), not the store path
-  keySuffix = " --api-key-file %d/api-key";
+  # vLLM's key through the credential (modules/lib/unit.nix): `%d` once, for systemd to expand.
+  keyArgs = [
+    "--api-key-file"
+    "%d/api-key"
+  ];
 in
 {
   import-enables-nothing = h.check [ flash ] (
@@ -124,7 +128,8 @@ in
   api-key-through-a-credential = h.check (with' on { services.vllm-station.serve.apiKeyFile = "/run/secrets/vllm-api-key"; }) (
     config:
     h.eq "LoadCredential" (sc config).LoadCredential [ "api-key:/run/secrets/vllm-api-key" ]
-    ++ h.ok "--api-key-file %d/api-key" (lib.hasSuffix keySuffix (sc config).ExecStart)
+    ++ h.eq "--api-key-file %d/api-key" (lib.takeEnd 2 (h.argv (sc config).ExecStart)) keyArgs
+    ++ h.ok "%d quoted once, not escaped to %%d" (lib.hasSuffix " \"--api-key-file\" \"%d/api-key\"" (sc config).ExecStart)
     ++ h.ok "the key's path is not in the config file" (
       !lib.hasInfix "/run/secrets" config.environment.etc."vllm-station/golive.json".text
     )
