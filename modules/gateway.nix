@@ -122,7 +122,8 @@ let
     in
     if bracketed != null then builtins.head bracketed else lib.head (lib.splitString ":" address);
   remoteUpstreams = lib.filterAttrs (_: u: !contract.isLoopback (hostOf u.address)) cfg.upstreams;
-  localVllm = "${contract.clientHost serve.host}:${toString serve.port}";
+  # This station's vLLM as the gateway reaches it (`host:port`): serve.clientUrl, the one source.
+  localVllm = lib.removePrefix "http://" serve.clientUrl;
   plainLocal = lib.filterAttrs (_: u: serve.enable && u.address == localVllm) cfg.upstreams;
   stationTlsConfig = optionalString cfg.stationTls.enable ''
     # The stations: TLS verified against stationTls.caFile for stationTls.serverName, with the
@@ -686,9 +687,9 @@ in
         }
       );
       default = lib.optionalAttrs (serve.enable && !serve.headless) {
-        local.address = "${contract.clientHost serve.host}:${toString serve.port}";
+        local.address = localVllm;
       };
-      defaultText = literalExpression ''{ local.address = "''${config.services.vllm-station.serve.host}:''${toString config.services.vllm-station.serve.port}"; }'';
+      defaultText = literalExpression ''{ local.address = lib.removePrefix "http://" config.services.vllm-station.serve.clientUrl; }'';
       description = ''
         The stations behind the gateway, by name; by default this station's vLLM. Setting it replaces
         that default: list this station too (`local.address = "127.0.0.1:8000"`) to keep it. Other

@@ -92,9 +92,9 @@ in
 
     baseUrl = mkOption {
       type = types.str;
-      default = "http://${top.monitoring.vllmAddress}";
-      defaultText = literalExpression ''"http://''${config.services.vllm-station.monitoring.vllmAddress}"'';
-      description = "Where the gates reach vLLM (the serving unit's port; a wildcard address on loopback).";
+      default = serve.clientUrl;
+      defaultText = literalExpression "config.services.vllm-station.serve.clientUrl";
+      description = "Where the gates reach vLLM: by default the serving unit's address as a client on this host reaches it.";
     };
 
     model = mkOption {

@@ -57,8 +57,6 @@ let
     gateway = "vllm-station-gateway";
   };
 
-  # Where serve listens, as a client reaches it: a wildcard listen address on loopback.
-  loopbackHost = contract.clientHost serve.host;
   baseUrl = "http://${cfg.vllmAddress}";
   servedName = if serve.servedModelName != null then serve.servedModelName else serve.model;
 
@@ -240,9 +238,9 @@ in
 
     vllmAddress = mkOption {
       type = types.str;
-      default = "${loopbackHost}:${toString serve.port}";
-      defaultText = literalExpression ''"''${serve.host (a wildcard: loopback)}:''${toString serve.port}"'';
-      description = "`host:port` of vLLM as scraped (`/metrics`), probed and watched.";
+      default = lib.removePrefix "http://" serve.clientUrl;
+      defaultText = literalExpression ''lib.removePrefix "http://" config.services.vllm-station.serve.clientUrl'';
+      description = "`host:port` of vLLM as scraped (`/metrics`), probed and watched; by default `serve.clientUrl`'s.";
     };
 
     scrapeInterval = mkOption {

@@ -293,15 +293,11 @@ let
       (lib.concatStringsSep "," cfg.preflight.only)
     ];
 
-  # Where the readiness probe connects: a wildcard listen address is probed on loopback.
-  probeHost = contract.clientHost cfg.host;
-  baseUrl = "http://${probeHost}:${toString cfg.port}";
-
   waitReadyArgs = [
     station
     "wait-ready"
     "--base-url"
-    baseUrl
+    cfg.clientUrl
     "--model"
     (if cfg.servedModelName != null then cfg.servedModelName else cfg.model)
     "--timeout"
@@ -512,6 +508,21 @@ in
       default = 8000;
       example = 8888;
       description = "Port of the OpenAI-compatible API.";
+    };
+
+    clientUrl = mkOption {
+      type = types.str;
+      readOnly = true;
+      default = "http://${contract.clientHost cfg.host}:${toString cfg.port}";
+      defaultText = literalExpression ''"http://''${host, as a client on this host reaches it}:''${toString port}"'';
+      example = "http://[::1]:8000";
+      description = ''
+        How a client on this host reaches vLLM (read-only): `host` and `port` as a URL, a wildcard
+        address on loopback (`0.0.0.0` → `127.0.0.1`, `::` → `[::1]`) and an IPv6 address in brackets
+        (`::1` → `[::1]`). The one source of that address: the readiness probe (wait-ready), monitoring
+        (its scrape target, the probe and the watchdog: `monitoring.vllmAddress`), golive (`golive.baseUrl`)
+        and the gateway's default upstream all follow it.
+      '';
     };
 
     preset = mkOption {

@@ -74,7 +74,7 @@ let
     rule "ip" (lib.filter (a: !isIPv6 a) cfg.gateways) + rule "ip6" (lib.filter isIPv6 cfg.gateways);
 
   listenAddr = if isIPv6 cfg.host && !lib.hasPrefix "[" cfg.host then "[${cfg.host}]" else cfg.host;
-  vllmAddress = "${contract.clientHost serve.host}:${toString serve.port}";
+  vllmUrl = serve.clientUrl; # this station's vLLM as a client on this host reaches it
   # The gateway's own answer for a drained station (one text: modules/gateway/errors.json).
   drainBody = builtins.toJSON {
     error = (lib.importJSON ./gateway/errors.json)."503-draining" // {
@@ -216,7 +216,7 @@ in
           }
           # The gateway chose the path, checked the client's key and limits; it sends the station's key
           # (gateway.upstreamApiKeyFile), which vLLM checks on /v1.
-          proxy_pass http://${vllmAddress};
+          proxy_pass ${vllmUrl};
           proxy_http_version 1.1;
           proxy_set_header Connection "";
           proxy_set_header Host $proxy_host;
