@@ -2,6 +2,9 @@
 # verification), the serving unit's dependency on the stamp, and every assertion.
 { lib, h }:
 let
+  # (lib.takeEnd/dropEnd are newer than the NixOS tree the flake's checks evaluate with)
+  lastTwo = l: lib.sublist (lib.length l - 2) 2 l;
+  dropLastTwo = l: lib.take (lib.length l - 2) l;
   rev = "0123456789abcdef0123456789abcdef01234567";
   rev2 = "89abcdef0123456789abcdef0123456789abcdef";
   dir = "/var/lib/vllm-station-models/glm53";
@@ -44,7 +47,7 @@ let
     let
       argv = execArgv config;
     in
-    if lib.takeEnd 2 argv == tokenArgs then lib.dropEnd 2 argv else argv;
+    if lastTwo argv == tokenArgs then dropLastTwo argv else argv;
   station = "${h.fake.station}/bin/station"; # the download units: the store path (a oneshot)
   linked = "/run/vllm-station-tools/bin/station"; # the serving unit's steps: the stable link (serve.nix)
   # The download's last step when it serves the entry: `+systemctl start --no-block UNITS` (privileged),
@@ -142,7 +145,7 @@ in
       "--expect-shards"
       "50"
     ]
-    ++ h.eq "token through a credential" (lib.takeEnd 2 (execArgv config)) tokenArgs
+    ++ h.eq "token through a credential" (lastTwo (execArgv config)) tokenArgs
     ++ h.ok "%d quoted once, not escaped to %%d" (lib.hasSuffix " \"%d/hf-token\"" (dsc config).ExecStart)
     ++ h.eq "LoadCredential" (dsc config).LoadCredential [ "hf-token:/run/secrets/hf-token" ]
     ++ h.ok "token path not in the command line" (!lib.hasInfix "/run/secrets/hf-token" (dsc config).ExecStart)

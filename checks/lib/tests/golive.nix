@@ -2,6 +2,8 @@
 # and that it leaves the serving unit alone.
 { lib, h }:
 let
+  # (lib.takeEnd is newer than the NixOS tree the flake's checks evaluate with)
+  lastTwo = l: lib.sublist (lib.length l - 2) 2 l;
   flash = {
     services.vllm-station.serve = {
       enable = true;
@@ -128,7 +130,7 @@ in
   api-key-through-a-credential = h.check (with' on { services.vllm-station.serve.apiKeyFile = "/run/secrets/vllm-api-key"; }) (
     config:
     h.eq "LoadCredential" (sc config).LoadCredential [ "api-key:/run/secrets/vllm-api-key" ]
-    ++ h.eq "--api-key-file %d/api-key" (lib.takeEnd 2 (h.argv (sc config).ExecStart)) keyArgs
+    ++ h.eq "--api-key-file %d/api-key" (lastTwo (h.argv (sc config).ExecStart)) keyArgs
     ++ h.ok "%d quoted once, not escaped to %%d" (lib.hasSuffix " \"--api-key-file\" \"%d/api-key\"" (sc config).ExecStart)
     ++ h.ok "the key's path is not in the config file" (
       !lib.hasInfix "/run/secrets" config.environment.etc."vllm-station/golive.json".text
