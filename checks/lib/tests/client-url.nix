@@ -8,10 +8,10 @@ let
     services.nginx.group = "nginx";
     services.nginx.logError = "stderr";
   };
-  station = host: [
-    nginxDefaults
-    {
-      services.vllm-station.serve = {
+  # serve on `host` (port 8123) with monitoring and golive, and `extra` under services.vllm-station.
+  serveOn = host: extra: {
+    services.vllm-station = {
+      serve = {
         enable = true;
         model = "/var/lib/vllm-station-models/m";
         image = h.image;
@@ -19,33 +19,27 @@ let
         port = 8123;
         exposeUnauthenticatedVllm = !(builtins.elem host [ "127.0.0.1" "::1" ]);
       };
-      services.vllm-station.monitoring.enable = true;
-      services.vllm-station.golive.enable = true;
-      services.vllm-station.gateway = {
-        enable = true;
-        serverName = "llm.example.com";
-        tls.certificateFile = "/var/lib/gw/fullchain.pem";
-        tls.keyFile = "/var/lib/gw/key.pem";
-        keys.alice.file = "/run/secrets/alice";
-      };
-    }
-  ];
+      monitoring.enable = true;
+      golive.enable = true;
+    } // extra;
+  };
+  station =
+    host:
+    [
+      nginxDefaults
+      (serveOn host {
+        gateway = {
+          enable = true;
+          serverName = "llm.example.com";
+          tls.certificateFile = "/var/lib/gw/fullchain.pem";
+          tls.keyFile = "/var/lib/gw/key.pem";
+          keys.alice.file = "/run/secrets/alice";
+        };
+      })
+    ];
   # A gateway in front of a station whose vLLM listens on another address is refused (rightly): for
   # those hosts only serve, monitoring and golive are checked.
-  withoutGateway = host: [
-    {
-      services.vllm-station.serve = {
-        enable = true;
-        model = "/var/lib/vllm-station-models/m";
-        image = h.image;
-        inherit host;
-        port = 8123;
-        exposeUnauthenticatedVllm = true;
-      };
-      services.vllm-station.monitoring.enable = true;
-      services.vllm-station.golive.enable = true;
-    }
-  ];
+  withoutGateway = host: [ (serveOn host { }) ];
 
   baseUrlOf = config: unit: h.flagValue "--base-url" (h.argv config.systemd.services.${unit}.serviceConfig.ExecStart);
   waitReady =
