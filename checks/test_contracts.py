@@ -3,8 +3,8 @@ what Nix renders through the Python reader (a key renamed on one side fails here
 
 - /etc/vllm-station/preflight.json of every example → `PreflightConfig` (strict: every key required,
   unknown keys refused);
-- /etc/vllm-station/golive.json (the flash example with golive on) → golive's strict reader (every
-  value through its option's own type and range);
+- /etc/vllm-station/golive.json (the flash example with golive on) → `GoliveConfig` (strict: every key
+  required, unknown keys refused) and golive's plan (every value through its option's own type and range);
 - the stamp's file name: modules/lib/contract.nix ↔ `vllm_station.checkpoint.STAMP_NAME`;
 - a revision's directory: contract.nix `revisionDir` ↔ `vllm_station.checkpoint.revisions.revision_dir`
   (what the download unit writes, what `station revisions` prunes and what the serving unit loads);
@@ -15,6 +15,7 @@ what Nix renders through the Python reader (a key renamed on one side fails here
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -27,6 +28,7 @@ from vllm_station import drainflag, golive
 from vllm_station.checkpoint import STAMP_NAME
 from vllm_station.checkpoint.revisions import revision_dir
 from vllm_station.cli import build_parser as golive_parser_of
+from vllm_station.errors import UsageError
 from vllm_station.preflight.core import PreflightConfig
 
 pytestmark = pytest.mark.nix_nixos
@@ -87,12 +89,38 @@ def test_rendered_golive_config_passes_golive_strict_reader(tmp_path: Path) -> N
     text = _rendered()["goliveJson"]
     path = tmp_path / "golive.json"
     path.write_text(text)
-    cfg = golive._load_config(path)
+    cfg = golive._load_config(path)  # GoliveConfig.from_mapping: raises on an unknown or missing key
     args = golive_parser().parse_args(["golive", "--config", str(path)])
     plan = golive.make_plan(args, cfg)
     assert plan.bench_levels == cfg["bench"]["concurrency"] and plan.bench_requests == cfg["bench"]["requests"]
     assert plan.needle_lengths == cfg["needle"]["lengths"] and plan.agent_repeats == cfg["agent"]["repeats"]
     assert plan.timeout == cfg["timeout"] and str(plan.out) == cfg["outDir"]
+
+
+def test_rendered_golive_config_has_exactly_goliveconfigs_keys() -> None:
+    """The keys, section by section, both ways: a key the module adds or renames, or one Python expects
+    that the module no longer writes, fails here."""
+    data = json.loads(_rendered()["goliveJson"])
+    sections = {f.name: f.type for f in dataclasses.fields(golive.GoliveConfig) if str(f.type).startswith("Golive")}
+    assert sorted(data) == sorted(golive.GoliveConfig.keys())
+    for name, kind in sections.items():
+        key = golive.GoliveConfig.key(name)
+        section = getattr(golive, str(kind))
+        assert sorted(data[key]) == sorted(golive.GoliveConfig.keys(section)), key
+    config = golive.GoliveConfig.from_mapping(data)
+    assert config.base_url == "http://127.0.0.1:8888" and config.station.vllm_args == data["station"]["vllmArgs"]
+    assert config.needle.calibration_cache == "/var/cache/vllm-station-golive/needle-calibration.json"
+
+
+@pytest.mark.parametrize(("section", "old", "new"), [(None, "outDir", "outputDir"), ("bench", "outputLen", "outLen")])
+def test_a_renamed_golive_key_is_refused(section: str | None, old: str, new: str) -> None:
+    """The failure this contract exists for: the module renames a key, golive must not fall back to its
+    default (outDir: no report written; outputLen: 256 tokens whatever the module said)."""
+    data = json.loads(_rendered()["goliveJson"])
+    where = data if section is None else data[section]
+    where[new] = where.pop(old)
+    with pytest.raises(UsageError, match=new):
+        golive.GoliveConfig.from_mapping(data)
 
 
 def test_a_renamed_key_is_refused() -> None:

@@ -96,3 +96,27 @@ def test_one_sandbox_definition() -> None:
         if name != "lib/hardening.nix" and any(s in _code(text) for s in settings)
     }
     assert offenders == {}, f"sandbox settings outside modules/lib/hardening.nix: {offenders}"
+
+
+def test_credentials_and_secret_paths_have_one_helper() -> None:
+    """systemd's credentials directory (`%d/…`, quoted once for an Exec line), `LoadCredential=` entries
+    and the test of a secret's path are written in modules/lib/unit.nix only: a module calls it."""
+    helper = "lib/unit.nix"
+    checks = {
+        "a %d specifier": r"%d",
+        "a LoadCredential entry written by hand": r'LoadCredential\s*=\s*(\[|lib\.optional|optional)',
+        "an isSecretPath definition": r"\bisSecretPath\s*=",
+        "a Nix store test of its own": r"builtins\.storeDir",
+    }
+    offenders = {
+        f"{name}: {what}": re.findall(pattern, _code(text))
+        for name, text in _modules().items()
+        if name != helper
+        for what, pattern in checks.items()
+        if re.search(pattern, _code(text))
+    }
+    assert offenders == {}, f"written by hand outside modules/{helper}: {offenders}"
+    code = _code(_modules()[helper])
+    assert re.search(r"\bisSecretPath\s*=", code) and "%d/" in code, "modules/lib/unit.nix lost its helpers?"
+    users = sorted(name for name, text in _modules().items() if "import ./lib/unit.nix" in _code(text))
+    assert {"serve.nix", "golive.nix", "monitoring.nix", "download.nix", "gateway.nix"} <= set(users), users

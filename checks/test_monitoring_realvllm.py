@@ -273,6 +273,15 @@ def test_every_metric_a_rule_or_the_dashboard_names_exists(stack: Stack) -> None
     assert stack.missing(SYSTEM_TIER) == SYSTEM_TIER, "these need systemd: the system tier checks them"
 
 
+def test_every_metric_of_the_list_is_scraped(stack: Stack) -> None:
+    """modules/monitoring/metrics.json, vLLM's metric names in one home, against a real vLLM's /metrics (the
+    fast tier, checks/test_metric_names.py, checks the list against a fixture of the names)."""
+    entries = json.loads((REPO / "modules" / "monitoring" / "metrics.json").read_text())["vllm"].values()
+    samples = {e["name"] + ("_count" if e["type"] == "histogram" else "") for e in entries}
+    assert len(samples) >= 10 and "vllm:iteration_tokens_total_count" in samples
+    assert stack.missing(samples) == set(), "listed in metrics.json, not exposed by this vLLM"
+
+
 def test_a_renamed_metric_is_caught(stack: Stack) -> None:
     """The check above can fail: vLLM's old name of the KV-cache gauge is not exposed by 0.32."""
     renamed = stack.r.rules_text.replace("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")

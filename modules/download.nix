@@ -43,6 +43,7 @@ let
 
   contract = import ./lib/contract.nix;
   hardening = import ./lib/hardening.nix;
+  unit = import ./lib/unit.nix { inherit lib utils; };
   inherit (contract) stampName modelsRoot stampOf;
   # Where the pinned revision of an entry lives (a `verifyOnly` entry without a revision: `dir` itself).
   checkpointDir = m: if m.revision != null then contract.revisionDir m.dir m.revision else m.dir;
@@ -381,11 +382,17 @@ let
 
   station = lib.getExe' top.package "station";
 
-  # `%d` is systemd's credentials directory; appended unescaped on purpose (escaping would turn it into `%%d`).
+  # The hub token, loaded as a credential (modules/lib/unit.nix renders both).
+  tokenCredentials = m: lib.optional (fromHub m && m.tokenFile != null) (unit.credential "hf-token" m.tokenFile);
   execStartFor =
     m:
-    utils.escapeSystemdExecArgs (commandFor m)
-    + lib.optionalString (fromHub m && m.tokenFile != null) " --token-file %d/hf-token";
+    unit.execLine (
+      commandFor m
+      ++ lib.concatMap (c: [
+        "--token-file"
+        (unit.credentialArg { inherit (c) name; })
+      ]) (tokenCredentials m)
+    );
 
   # The hub token, checked before the unit loads it (modules/secrets.nix): a missing file names this
   # option, not 243/CREDENTIALS.
@@ -468,7 +475,7 @@ let
       Group = cfg.group;
       CacheDirectory = "vllm-station-download"; # its own: see the header on shared directories
       ReadWritePaths = [ m.dir ]; # the revision's directory, and the older ones prune deletes
-      LoadCredential = lib.optional (fromHub m && m.tokenFile != null) "hf-token:${m.tokenFile}";
+      LoadCredential = unit.loadCredential (tokenCredentials m);
 
       # systemd binds the process before exec, so every page it touches (page cache included) is
       # allocated on these nodes: node 0's LPDDR on a GB300, never node 1's HBM. (set_mempolicy/mbind,
@@ -489,7 +496,7 @@ let
   servedRevisions = lib.unique (
     lib.filter (r: r != null) (lib.mapAttrsToList (_: m: m.revision) matchingDownloads)
   );
-  inherit (contract) isSecretPath;
+  inherit (unit) isSecretPath;
 in
 {
   options.services.vllm-station.download = {

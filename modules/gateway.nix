@@ -48,6 +48,7 @@ let
   station = lib.getExe config.services.vllm-station.package;
   hardening = import ./lib/hardening.nix;
   contract = import ./lib/contract.nix;
+  unit = import ./lib/unit.nix { inherit lib utils; };
   errors = lib.importJSON ./gateway/errors.json;
 
   # ---- names (this module is their one home; tests read them from the rendered configuration) ----
@@ -60,7 +61,7 @@ let
   pool = "vllm_station";
   affinityPool = "vllm_station_affinity";
   internalPrefix = "/_vllm_station";
-  keyDirCredential = "keydir"; # LoadCredential of a directory: %d/keydir_<file name>
+  keyDirCredential = "keydir"; # LoadCredential of a directory: one credential keydir_<file name> each
   errorPrefix = "${internalPrefix}/error";
 
   # Words a `map` block reads as its own parameters: a key name equal to one (any case: map sources are
@@ -77,7 +78,7 @@ let
   # nginx writes request headers (both values of a duplicate Authorization, in full) at these levels.
   verboseErrorLog = builtins.match "(.*[[:space:]])?(info|debug)([[:space:]].*)?" nginx.logError != null;
 
-  inherit (contract) isSecretPath;
+  inherit (unit) isSecretPath;
   validName = name: builtins.match "[A-Za-z0-9_-]{1,64}" name != null;
 
   # ---- limits: a group per distinct set of limits; keys without their own share "default" ----
@@ -121,7 +122,8 @@ let
     in
     if bracketed != null then builtins.head bracketed else lib.head (lib.splitString ":" address);
   remoteUpstreams = lib.filterAttrs (_: u: !contract.isLoopback (hostOf u.address)) cfg.upstreams;
-  localVllm = "${contract.clientHost serve.host}:${toString serve.port}";
+  # This station's vLLM as the gateway reaches it (`host:port`): serve.clientUrl, the one source.
+  localVllm = lib.removePrefix "http://" serve.clientUrl;
   plainLocal = lib.filterAttrs (_: u: serve.enable && u.address == localVllm) cfg.upstreams;
   stationTlsConfig = optionalString cfg.stationTls.enable ''
     # The stations: TLS verified against stationTls.caFile for stationTls.serverName, with the
@@ -394,34 +396,39 @@ let
   '';
 
   # ---- the keys unit: `station gateway keys` with the credentials systemd loads ----
-  # `%d` (the credentials directory) is systemd's to expand: those arguments are quoted by hand
-  # (escaping would double the `%`); names are restricted to [A-Za-z0-9_-] by an assertion.
-  specifier = arg: "\"${arg}\"";
-  keysCommand = lib.concatStringsSep " " (
+  # The credentials and the arguments naming them: modules/lib/unit.nix (key names are restricted to
+  # [A-Za-z0-9_-] by an assertion).
+  keyCredential = name: "key-${name}";
+  credentialList =
+    lib.mapAttrsToList (name: key: unit.credential (keyCredential name) key.file) cfg.keys
+    ++ optional (cfg.keysDirectory != null) (unit.credential keyDirCredential cfg.keysDirectory)
+    ++ optional (cfg.upstreamApiKeyFile != null) (unit.credential "upstream-key" cfg.upstreamApiKeyFile);
+  keysCommand = unit.execLine (
     [
-      (utils.escapeSystemdExecArgs [
-        station
-        "gateway"
-        "keys"
-        "--out"
-        keysMap
-        "--upstream-out"
-        upstreamAuthMap
-      ])
+      station
+      "gateway"
+      "keys"
+      "--out"
+      keysMap
+      "--upstream-out"
+      upstreamAuthMap
     ]
     ++ lib.concatMap (name: [
-      "\"--key\""
-      (specifier "${name}=%d/key-${name}")
+      "--key"
+      (unit.credentialArg {
+        name = keyCredential name;
+        prefix = "${name}=";
+      })
     ]) (lib.attrNames cfg.keys)
     ++ optionals (cfg.keysDirectory != null) [
-      "\"--key-dir\""
-      (specifier "%d/")
-      "\"--prefix\""
-      (specifier "${keyDirCredential}_")
+      "--key-dir"
+      (unit.credentialArg { })
+      "--prefix"
+      "${keyDirCredential}_"
     ]
     ++ optionals (cfg.upstreamApiKeyFile != null) [
-      "\"--upstream-key-file\""
-      (specifier "%d/upstream-key")
+      "--upstream-key-file"
+      (unit.credentialArg { name = "upstream-key"; })
     ]
   );
   # The key files, checked before the keys unit loads them (modules/secrets.nix).
@@ -454,10 +461,6 @@ let
       "try-reload-or-restart"
       "nginx.service"
     ];
-  credentials =
-    lib.mapAttrsToList (name: key: "key-${name}:${key.file}") cfg.keys
-    ++ optional (cfg.keysDirectory != null) "${keyDirCredential}:${cfg.keysDirectory}"
-    ++ optional (cfg.upstreamApiKeyFile != null) "upstream-key:${cfg.upstreamApiKeyFile}";
 
   # gateway.limits (the defaults) and keys.<name>.limits (null: the default) share one definition.
   limitsOptions =
@@ -684,9 +687,9 @@ in
         }
       );
       default = lib.optionalAttrs (serve.enable && !serve.headless) {
-        local.address = "${contract.clientHost serve.host}:${toString serve.port}";
+        local.address = localVllm;
       };
-      defaultText = literalExpression ''{ local.address = "''${config.services.vllm-station.serve.host}:''${toString config.services.vllm-station.serve.port}"; }'';
+      defaultText = literalExpression ''{ local.address = lib.removePrefix "http://" config.services.vllm-station.serve.clientUrl; }'';
       description = ''
         The stations behind the gateway, by name; by default this station's vLLM. Setting it replaces
         that default: list this station too (`local.address = "127.0.0.1:8000"`) to keep it. Other
@@ -978,7 +981,7 @@ in
         RuntimeDirectoryMode = "0700";
         # A restart that fails (a bad key file) leaves the last good maps for nginx's next reload.
         RuntimeDirectoryPreserve = true;
-        LoadCredential = credentials;
+        LoadCredential = unit.loadCredential credentialList;
         ExecStart = keysCommand;
         # Only after ExecStart succeeded: a bad key file reloads nothing (nginx keeps the keys it has).
         ExecStartPost = reloadNginx;

@@ -32,6 +32,7 @@ let
   serve = top.serve;
   contract = import ./lib/contract.nix;
   hardening = import ./lib/hardening.nix;
+  unit = import ./lib/unit.nix { inherit lib utils; };
 
   unitName = contract.goliveUnit;
   stateDir = "/var/lib/${unitName}";
@@ -67,21 +68,21 @@ let
   };
   settingsText = builtins.toJSON settings;
 
-  keyCheck = lib.optionals (serve.apiKeyFile != null) [ (contract.secretsCheckUnit unitName) ];
+  # vLLM's key, loaded at each run (a oneshot): a run after a rotation sends the new one.
+  apiKey = unit.vllmApiKey serve unitName;
+  keyCheck = apiKey.checkUnits;
   # The stable link, not the package's store path: a new package must not re-run the gates.
   station = contract.stationAt;
-  # `%d` (the credentials directory) is systemd's to expand: appended unescaped (escaping doubles it).
-  execStart =
-    utils.escapeSystemdExecArgs (
-      [
-        station
-        "golive"
-        "--config"
-        configPath
-      ]
-      ++ cfg.extraFlags
-    )
-    + optionalString (serve.apiKeyFile != null) " --api-key-file %d/api-key";
+  execStart = unit.execLine (
+    [
+      station
+      "golive"
+      "--config"
+      configPath
+    ]
+    ++ cfg.extraFlags
+    ++ apiKey.args
+  );
 in
 {
   options.services.vllm-station.golive = {
@@ -91,9 +92,9 @@ in
 
     baseUrl = mkOption {
       type = types.str;
-      default = "http://${top.monitoring.vllmAddress}";
-      defaultText = literalExpression ''"http://''${config.services.vllm-station.monitoring.vllmAddress}"'';
-      description = "Where the gates reach vLLM (the serving unit's port; a wildcard address on loopback).";
+      default = serve.clientUrl;
+      defaultText = literalExpression "config.services.vllm-station.serve.clientUrl";
+      description = "Where the gates reach vLLM: by default the serving unit's address as a client on this host reaches it.";
     };
 
     model = mkOption {
@@ -192,16 +193,8 @@ in
 
     environment.etc."${lib.removePrefix "/etc/" configPath}".text = settingsText;
 
-    # The key is loaded at each run (a oneshot): a run after a rotation sends the new one. Its check:
-    # modules/secrets.nix.
-    services.vllm-station.secrets.units = lib.optionalAttrs (serve.apiKeyFile != null) {
-      ${unitName} = [
-        {
-          option = "services.vllm-station.serve.apiKeyFile";
-          path = serve.apiKeyFile;
-        }
-      ];
-    };
+    # The key's check before each run: modules/secrets.nix.
+    services.vllm-station.secrets.units = apiKey.secrets;
     systemd.services.${unitName} = {
       description = "station golive: quality gates and a bench sweep after a switch";
       wantedBy = [ "multi-user.target" ];
@@ -230,7 +223,7 @@ in
           CacheDirectory = unitName;
           TimeoutStartSec = cfg.timeoutSeconds;
         }
-        // optionalAttrs (serve.apiKeyFile != null) { LoadCredential = [ "api-key:${serve.apiKeyFile}" ]; };
+        // optionalAttrs (serve.apiKeyFile != null) { LoadCredential = unit.loadCredential apiKey.credentials; };
     };
   };
 }

@@ -39,6 +39,7 @@ let
   serve = config.services.vllm-station.serve;
   contract = import ./lib/contract.nix;
   hardening = import ./lib/hardening.nix;
+  unit = import ./lib/unit.nix { inherit lib utils; };
   rules = import ./monitoring/rules.nix;
   station = lib.getExe config.services.vllm-station.package;
 
@@ -56,30 +57,17 @@ let
     gateway = "vllm-station-gateway";
   };
 
-  # Where serve listens, as a client reaches it: a wildcard listen address on loopback.
-  loopbackHost = contract.clientHost serve.host;
   baseUrl = "http://${cfg.vllmAddress}";
   servedName = if serve.servedModelName != null then serve.servedModelName else serve.model;
 
-  # `%d` (the credentials directory) is systemd's to expand: appended unescaped (escaping doubles it).
-  withKey =
-    args:
-    utils.escapeSystemdExecArgs args
-    + optionalString (serve.apiKeyFile != null) " --api-key-file %d/api-key";
-  keyCredential = optionalAttrs (serve.apiKeyFile != null) {
-    LoadCredential = [ "api-key:${serve.apiKeyFile}" ];
+  # vLLM's key as a credential (modules/lib/unit.nix); each unit that loads it starts after its check.
+  apiKey = unit.vllmApiKey serve;
+  withKey = unitName: args: unit.execLine (args ++ (apiKey unitName).args);
+  keyCredential = unitName: optionalAttrs (serve.apiKeyFile != null) {
+    LoadCredential = unit.loadCredential (apiKey unitName).credentials;
   };
-  # Each unit that loads the key starts after its check (modules/secrets.nix): a missing key file
-  # fails it naming serve.apiKeyFile and the file, not with 243/CREDENTIALS.
-  keySecrets = unit: lib.optionalAttrs (serve.apiKeyFile != null) {
-    ${unit} = [
-      {
-        option = "services.vllm-station.serve.apiKeyFile";
-        path = serve.apiKeyFile;
-      }
-    ];
-  };
-  keyCheck = unit: optionals (serve.apiKeyFile != null) [ (contract.secretsCheckUnit unit) ];
+  keySecrets = unitName: (apiKey unitName).secrets;
+  keyCheck = unitName: (apiKey unitName).checkUnits;
 
   probeArgs = [
     station
@@ -250,9 +238,9 @@ in
 
     vllmAddress = mkOption {
       type = types.str;
-      default = "${loopbackHost}:${toString serve.port}";
-      defaultText = literalExpression ''"''${serve.host (a wildcard: loopback)}:''${toString serve.port}"'';
-      description = "`host:port` of vLLM as scraped (`/metrics`), probed and watched.";
+      default = lib.removePrefix "http://" serve.clientUrl;
+      defaultText = literalExpression ''lib.removePrefix "http://" config.services.vllm-station.serve.clientUrl'';
+      description = "`host:port` of vLLM as scraped (`/metrics`), probed and watched; by default `serve.clientUrl`'s.";
     };
 
     scrapeInterval = mkOption {
@@ -476,12 +464,7 @@ in
           message = "services.vllm-station.monitoring.alertmanager.receivers.email: `to` needs `from` and `smarthost` (host:port) too.";
         }
         {
-          assertion =
-            email.authPasswordEnvironmentFile == null
-            || (
-              lib.hasPrefix "/" email.authPasswordEnvironmentFile
-              && !lib.hasPrefix builtins.storeDir email.authPasswordEnvironmentFile
-            );
+          assertion = unit.isSecretPath email.authPasswordEnvironmentFile;
           message = "services.vllm-station.monitoring.alertmanager.receivers.email.authPasswordEnvironmentFile: must be an absolute path outside the Nix store (e.g. ${contract.secretsDir}/alertmanager-smtp.env), got ${toString email.authPasswordEnvironmentFile}.";
         }
         {
@@ -545,14 +528,14 @@ in
           hardening.for [ ]
           // {
             Type = "oneshot";
-            ExecStart = withKey probeArgs;
+            ExecStart = withKey probeUnit probeArgs;
             DynamicUser = true;
             SupplementaryGroups = [ metricsGroup ]; # writes station-probe.prom into the textfile directory
             # `-`: a missing directory (tmpfiles not run yet) fails the export, not the unit's start
             ReadWritePaths = [ "-${textfileDir}" ];
             TimeoutStartSec = 3 * cfg.probe.timeout;
           }
-          // keyCredential;
+          // keyCredential probeUnit;
       };
       systemd.timers.${probeUnit} = {
         description = "vllm-station synthetic probe, every ${toString cfg.probe.interval} s";

@@ -72,6 +72,8 @@ let
   presets = import ./presets;
   checkedWith = import ./presets/checked-with.nix;
   contract = import ./lib/contract.nix;
+  unit = import ./lib/unit.nix { inherit lib utils; };
+  apiKey = unit.vllmApiKey cfg name;
 
   inherit (contract) isLoopback;
   # vLLM 0.32's routes outside /v1, which its --api-key does not guard (read from vllm/entrypoints:
@@ -142,68 +144,11 @@ let
     else
       serverEnvironment;
 
-  optionalFlag = flag: value: optionals (value != null) [ flag (toString value) ];
-  boolFlag =
-    flag: value:
-    optional (value == true) "--${flag}" ++ optional (value == false) "--no-${flag}";
-
-  # Typed options -> vLLM arguments (model first: `vllm serve MODEL …`). Never joined by hand:
-  # the list is escaped as a whole for the unit below.
-  vllmArgs =
-    optional (cfg.model != null) modelPath # null is refused by an assertion
-    ++ optionalFlag "--served-model-name" servedModelName
-    ++ optionals (!cfg.headless) [
-      "--host"
-      cfg.host
-      "--port"
-      (toString cfg.port)
-    ]
-    ++ optionals (cfg.tensorParallelSize > 1) [
-      "--tensor-parallel-size"
-      (toString cfg.tensorParallelSize)
-    ]
-    ++ optionalFlag "--max-model-len" cfg.maxModelLen
-    ++ optionalFlag "--max-num-seqs" cfg.maxNumSeqs
-    # toJSON renders 0.94 as "0.94" (toString would give "0.940000").
-    ++ optionals (cfg.gpuMemoryUtilization != null) [
-      "--gpu-memory-utilization"
-      (builtins.toJSON cfg.gpuMemoryUtilization)
-    ]
-    ++ optionalFlag "--kv-cache-dtype" cfg.kvCacheDtype
-    ++ boolFlag "enable-chunked-prefill" cfg.enableChunkedPrefill
-    ++ boolFlag "enable-prefix-caching" cfg.enablePrefixCaching
-    ++ optional cfg.enableAutoToolChoice "--enable-auto-tool-choice"
-    ++ optionalFlag "--tool-call-parser" cfg.toolCallParser
-    ++ optionalFlag "--reasoning-parser" cfg.reasoningParser
-    ++ optionals (cfg.speculativeConfig != null) [
-      "--speculative-config"
-      (builtins.toJSON cfg.speculativeConfig)
-    ]
-    ++ optional cfg.headless "--headless"
-    # SIGTERM: refuse new requests, finish running ones for up to this long (0: abort them).
-    ++ [
-      "--shutdown-timeout"
-      (toString cfg.shutdownTimeout)
-    ]
-    ++ optionals (cfg.maxOutputTokens != null) [
-      "--override-generation-config"
-      (builtins.toJSON { max_new_tokens = cfg.maxOutputTokens; })
-    ]
-    ++ cfg.extraFlags;
-
   # A local model directory outside the state directory is mounted read-only at the same path.
   modelIsPath = cfg.model != null && lib.hasPrefix "/" cfg.model;
   servesLocalModel = modelIsPath;
   # The directory vLLM loads: the pinned revision's (download.nix) under `model`, else `model` itself.
   modelPath = if modelIsPath && inputs.checkpoint.dir != null then inputs.checkpoint.dir else cfg.model;
-  # The name clients use stays `model` when the path carries the revision (not a new name per upgrade).
-  servedModelName =
-    if cfg.servedModelName != null then
-      cfg.servedModelName
-    else if modelPath != cfg.model then
-      cfg.model
-    else
-      null;
   # Skipped, not failed, while the checkpoint a download unit produces is not stamped yet: the first
   # switch returns at once, and the download unit starts this unit when it has stamped the revision.
   awaitsDownload = servesLocalModel && inputs.checkpoint.units != [ ];
@@ -253,24 +198,25 @@ let
     ++ cfg.containerOptions
     ++ optional (cfg.image != null) cfg.image # null is refused by an assertion
     ++ cfg.containerCommand
-    ++ vllmArgs;
+    ++ cfg.vllmArgs;
 
   nativeArgs = [
     (lib.getExe' cfg.package "vllm")
     "serve"
-  ] ++ vllmArgs;
+  ] ++ cfg.vllmArgs;
 
   # Reads the key from the unit's credential at start and exports it for vLLM (and for the
   # runtime client, which forwards it with `--env VLLM_API_KEY`): the key never appears in the
-  # unit, the Nix store or any process's argument list. `%d` (the credentials directory) is
-  # systemd's to expand, so that one argument is quoted by hand (escaping would double the `%`).
-  secretEnvPrefix = optionalString (cfg.apiKeyFile != null) "${utils.escapeSystemdExecArgs [
+  # unit, the Nix store or any process's argument list (modules/lib/unit.nix renders the credential).
+  secretEnvPrefix = optionals (cfg.apiKeyFile != null) [
     station
     "exec"
     "--secret-env"
-  ]} \"VLLM_API_KEY=%d/api-key\" \"--\" ";
+    apiKey.envArg
+    "--"
+  ];
 
-  startCommand = secretEnvPrefix + utils.escapeSystemdExecArgs (if isContainer then containerArgs else nativeArgs);
+  startCommand = unit.execLine (secretEnvPrefix ++ (if isContainer then containerArgs else nativeArgs));
 
   # ---- the start sequence's steps (the order is in `serviceConfig` below) ----
   # 1. A local checkpoint must carry the stamp `station verify` writes (download.nix declares the
@@ -347,15 +293,11 @@ let
       (lib.concatStringsSep "," cfg.preflight.only)
     ];
 
-  # Where the readiness probe connects: a wildcard listen address is probed on loopback.
-  probeHost = contract.clientHost cfg.host;
-  baseUrl = "http://${probeHost}:${toString cfg.port}";
-
   waitReadyArgs = [
     station
     "wait-ready"
     "--base-url"
-    baseUrl
+    cfg.clientUrl
     "--model"
     (if cfg.servedModelName != null then cfg.servedModelName else cfg.model)
     "--timeout"
@@ -463,38 +405,6 @@ let
     else
       hardening.for [ "containerRuntime" ];
 
-  # Flags the typed options own; extraFlags may not repeat them.
-  typedFlags = {
-    "--served-model-name" = "servedModelName";
-    "--host" = "host";
-    "--port" = "port";
-    "--tensor-parallel-size" = "tensorParallelSize";
-    "-tp" = "tensorParallelSize";
-    "--max-model-len" = "maxModelLen";
-    "--max-num-seqs" = "maxNumSeqs";
-    "--gpu-memory-utilization" = "gpuMemoryUtilization";
-    "--kv-cache-dtype" = "kvCacheDtype";
-    "--enable-chunked-prefill" = "enableChunkedPrefill";
-    "--no-enable-chunked-prefill" = "enableChunkedPrefill";
-    "--enable-prefix-caching" = "enablePrefixCaching";
-    "--no-enable-prefix-caching" = "enablePrefixCaching";
-    "--enable-auto-tool-choice" = "enableAutoToolChoice";
-    "--tool-call-parser" = "toolCallParser";
-    "--reasoning-parser" = "reasoningParser";
-    "--speculative-config" = "speculativeConfig";
-    "--headless" = "headless";
-    "--shutdown-timeout" = "shutdownTimeout";
-    "--api-key" = "apiKeyFile (a file read at start, never the key in the Nix store)";
-  };
-  # maxOutputTokens is vLLM's generation config override: with it set, extraFlags may not set another.
-  ownedFlags =
-    typedFlags
-    // optionalAttrs (cfg.maxOutputTokens != null) {
-      "--override-generation-config" = "maxOutputTokens (max_new_tokens)";
-    };
-  flagName = arg: builtins.head (lib.splitString "=" arg);
-  repeatedFlags = lib.filter (arg: ownedFlags ? ${flagName arg}) cfg.extraFlags;
-
   # Memory binding of any kind on the serving unit (CUDA error 802 on GB300: the GPU's memory is
   # NUMA node 1; a node-0 binding keeps the process from it).
   pinningWords = [
@@ -531,18 +441,14 @@ let
     };
   record = fields: types.submodule { options = lib.mapAttrs (_: type: mkOption { inherit type; }) fields; };
 
-  inherit (contract) isSecretPath;
+  inherit (unit) isSecretPath;
   # The files this unit loads at each start, checked before it loads them (modules/secrets.nix).
-  secretFiles = lib.filter (s: s.path != null) [
-    {
-      option = "services.vllm-station.serve.apiKeyFile";
-      path = cfg.apiKeyFile;
-    }
-    {
+  secretFiles =
+    apiKey.secretFiles
+    ++ optional (cfg.environmentFile != null) {
       option = "services.vllm-station.serve.environmentFile";
       path = cfg.environmentFile;
-    }
-  ];
+    };
   secretsCheck = optionals (secretFiles != [ ]) [ (contract.secretsCheckUnit name) ];
 
   # Presets set option values under services.vllm-station with mkDefault. Walking the declared
@@ -559,6 +465,10 @@ let
     ) values;
 in
 {
+  # vLLM's flag options (maxModelLen, toolCallParser, extraFlags, …), their rendering (`vllmArgs`) and
+  # the flags they own: one file beside this one.
+  imports = [ ./serve-flags.nix ];
+
   options.services.vllm-station.serve = {
     enable = mkEnableOption "the vLLM OpenAI-compatible server (vllm-station)";
 
@@ -599,6 +509,21 @@ in
       default = 8000;
       example = 8888;
       description = "Port of the OpenAI-compatible API.";
+    };
+
+    clientUrl = mkOption {
+      type = types.str;
+      readOnly = true;
+      default = "http://${contract.clientHost cfg.host}:${toString cfg.port}";
+      defaultText = literalExpression ''"http://''${host, as a client on this host reaches it}:''${toString port}"'';
+      example = "http://[::1]:8000";
+      description = ''
+        How a client on this host reaches vLLM (read-only): `host` and `port` as a URL, a wildcard
+        address on loopback (`0.0.0.0` → `127.0.0.1`, `::` → `[::1]`) and an IPv6 address in brackets
+        (`::1` → `[::1]`). The one source of that address: the readiness probe (wait-ready), monitoring
+        (its scrape target, the probe and the watchdog: `monitoring.vllmAddress`), golive (`golive.baseUrl`)
+        and the gateway's default upstream all follow it.
+      '';
     };
 
     preset = mkOption {
@@ -704,19 +629,6 @@ in
       '';
     };
 
-    servedModelName = mkOption {
-      type = types.nullOr types.str;
-      default = null;
-      example = "glm-5.3-flash";
-      description = "Name clients use in `model` (`--served-model-name`); null: the model id.";
-    };
-
-    tensorParallelSize = mkOption {
-      type = types.ints.positive;
-      default = 1;
-      description = "`--tensor-parallel-size` (rendered when > 1; the pair module sets 2).";
-    };
-
     headless = mkOption {
       type = types.bool;
       default = false;
@@ -724,73 +636,6 @@ in
         Run as a headless worker (`--headless`): no API, no `--host`/`--port`, no readiness probe,
         no firewall opening. Set by the pair module on the worker station.
       '';
-    };
-
-    maxModelLen = mkOption {
-      type = types.nullOr types.ints.positive;
-      default = null;
-      example = 1048576;
-      description = "`--max-model-len`: context length in tokens; null: the model's.";
-    };
-
-    maxNumSeqs = mkOption {
-      type = types.nullOr types.ints.positive;
-      default = null;
-      example = 256;
-      description = "`--max-num-seqs`: sequences in flight; null: vLLM's default.";
-    };
-
-    gpuMemoryUtilization = mkOption {
-      type = types.nullOr (types.numbers.between 0 1);
-      default = null;
-      example = 0.94;
-      description = "`--gpu-memory-utilization`: fraction of GPU memory vLLM may use; null: vLLM's default.";
-    };
-
-    kvCacheDtype = mkOption {
-      type = types.nullOr types.str;
-      default = null;
-      example = "fp8";
-      description = "`--kv-cache-dtype` (`auto`, `fp8`, `fp8_e4m3`, …); null: vLLM's default.";
-    };
-
-    enableChunkedPrefill = mkOption {
-      type = types.nullOr types.bool;
-      default = null;
-      description = "`--enable-chunked-prefill` (true) / `--no-enable-chunked-prefill` (false); null: vLLM's default.";
-    };
-
-    enablePrefixCaching = mkOption {
-      type = types.nullOr types.bool;
-      default = null;
-      description = "`--enable-prefix-caching` (true) / `--no-enable-prefix-caching` (false); null: vLLM's default.";
-    };
-
-    enableAutoToolChoice = mkOption {
-      type = types.bool;
-      default = false;
-      description = "`--enable-auto-tool-choice` (needs `toolCallParser`).";
-    };
-
-    toolCallParser = mkOption {
-      type = types.nullOr types.str;
-      default = null;
-      example = "glm47";
-      description = "`--tool-call-parser`.";
-    };
-
-    reasoningParser = mkOption {
-      type = types.nullOr types.str;
-      default = null;
-      example = "glm45";
-      description = "`--reasoning-parser`.";
-    };
-
-    speculativeConfig = mkOption {
-      type = types.nullOr (types.attrsOf types.anything);
-      default = null;
-      example = literalExpression ''{ method = "mtp"; num_speculative_tokens = 4; }'';
-      description = "`--speculative-config`, rendered as JSON.";
     };
 
     apiKeyFile = mkOption {
@@ -845,18 +690,6 @@ in
         (`TimeoutStartSec`). The GLM-5.3-Flash recipe needs ~7 minutes (weights ~77 s, then
         compilation and CUDA graph capture). vLLM's `VLLM_ENGINE_READY_TIMEOUT_S` is set to match;
         `station wait-ready` gives up 60 s earlier with its own reason.
-      '';
-    };
-
-    maxOutputTokens = mkOption {
-      type = types.nullOr types.ints.positive;
-      default = null;
-      example = 32768;
-      description = ''
-        The most tokens one request may generate, server-wide: rendered as
-        `--override-generation-config {"max_new_tokens":N}`, which vLLM applies as an upper bound to every
-        request's `max_tokens` (requests asking more get N). null: up to the context length. It bounds the
-        longest request, so it sizes `shutdownTimeout`.
       '';
     };
 
@@ -944,16 +777,6 @@ in
           the pair and download modules add their keys.
         '';
       };
-    };
-
-    extraFlags = mkOption {
-      type = types.listOf types.str;
-      default = [ ];
-      example = [
-        "--max-num-batched-tokens"
-        "16384"
-      ];
-      description = "Extra vLLM arguments, after the typed ones. Flags owned by a typed option are refused.";
     };
 
     environment = mkOption {
@@ -1046,14 +869,6 @@ in
       description = "The local directory vLLM loads and whose stamp the start checks (the pair's share and beacon use it).";
     };
 
-    vllmArgs = mkOption {
-      type = types.listOf types.str;
-      readOnly = true;
-      internal = true;
-      default = vllmArgs;
-      defaultText = literalExpression "[ model … ] rendered from the options";
-      description = "The vLLM arguments as rendered (model first), for tests and other modules.";
-    };
   };
 
   config = lib.mkMerge [
@@ -1090,16 +905,6 @@ in
           message = "services.vllm-station.serve: the serving unit must not be bound to NUMA memory nodes (found: ${
             lib.concatStringsSep ", " (pinningArgs ++ map (k: "serviceConfig.${k}") pinningUnitSettings)
           }). On GB300 the GPU's memory is NUMA node ${toString cfg.prestart.gpuNode}; binding vLLM to node 0 makes CUDA fail with error 802. Leave it free and bind bulk I/O (downloads, copies) to node 0 instead (`station numa-exec --membind 0`).";
-        }
-        {
-          assertion = !cfg.enableAutoToolChoice || cfg.toolCallParser != null;
-          message = "services.vllm-station.serve: `enableAutoToolChoice` needs `toolCallParser` (e.g. \"glm47\", \"hermes\").";
-        }
-        {
-          assertion = repeatedFlags == [ ];
-          message = "services.vllm-station.serve: `extraFlags` repeats flags owned by typed options: ${
-            lib.concatMapStringsSep ", " (f: "${flagName f} (set `${ownedFlags.${flagName f}}`)") repeatedFlags
-          }.";
         }
         {
           assertion = isSecretPath cfg.apiKeyFile;
@@ -1228,7 +1033,7 @@ in
             RuntimeDirectory = name;
             WorkingDirectory = stateDir;
           }
-          // optionalAttrs (cfg.apiKeyFile != null) { LoadCredential = [ "api-key:${cfg.apiKeyFile}" ]; }
+          // optionalAttrs (cfg.apiKeyFile != null) { LoadCredential = unit.loadCredential apiKey.credentials; }
           # RDMA registers (pins) GPU and host buffers; the default 8 MiB limit makes it fail.
           // optionalAttrs inputs.unlimitedMemlock { LimitMEMLOCK = "infinity"; }
           # Native: SIGTERM to vLLM's API server alone, which drains and then stops its engine processes

@@ -11,6 +11,7 @@
 {
   config,
   lib,
+  utils,
   ...
 }:
 let
@@ -24,6 +25,7 @@ let
   cfg = config.services.vllm-station.stationListener;
   serve = config.services.vllm-station.serve;
   contract = import ./lib/contract.nix;
+  unit = import ./lib/unit.nix { inherit lib utils; };
 
   vhost = "vllm-station-listener";
   accessLog = "/var/log/nginx/vllm-station-listener.log";
@@ -35,7 +37,7 @@ let
     a:
     builtins.match "[0-9]{1,3}([.][0-9]{1,3}){3}(/[0-9]{1,2})?" a != null
     || builtins.match "[0-9A-Fa-f:]*:[0-9A-Fa-f:.]*(/[0-9]{1,3})?" a != null;
-  inherit (contract) isSecretPath;
+  inherit (unit) isSecretPath;
   open = !isLoopback cfg.host;
 
   # iptables: one rule a source, built from a list and escaped. The 24.11 iptables firewall has no
@@ -72,7 +74,7 @@ let
     rule "ip" (lib.filter (a: !isIPv6 a) cfg.gateways) + rule "ip6" (lib.filter isIPv6 cfg.gateways);
 
   listenAddr = if isIPv6 cfg.host && !lib.hasPrefix "[" cfg.host then "[${cfg.host}]" else cfg.host;
-  vllmAddress = "${contract.clientHost serve.host}:${toString serve.port}";
+  vllmUrl = serve.clientUrl; # this station's vLLM as a client on this host reaches it
   # The gateway's own answer for a drained station (one text: modules/gateway/errors.json).
   drainBody = builtins.toJSON {
     error = (lib.importJSON ./gateway/errors.json)."503-draining" // {
@@ -214,7 +216,7 @@ in
           }
           # The gateway chose the path, checked the client's key and limits; it sends the station's key
           # (gateway.upstreamApiKeyFile), which vLLM checks on /v1.
-          proxy_pass http://${vllmAddress};
+          proxy_pass ${vllmUrl};
           proxy_http_version 1.1;
           proxy_set_header Connection "";
           proxy_set_header Host $proxy_host;

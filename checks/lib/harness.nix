@@ -127,6 +127,10 @@ let
       virtualisation.docker.package = lib.mkDefault fake.docker;
       virtualisation.podman.package = lib.mkDefault fake.podman;
       systemd.package = lib.mkDefault fake.systemd; # the gateway's keys unit reloads nginx through systemctl
+      # NixOS derives it from networking.hostName; the gateway's `serverName` defaults to it. `h.throws`
+      # forces every option, and Nix walks an attrset in the order its names were first seen in the
+      # evaluation (not by name): without it, a test could meet this missing value before its throw.
+      networking.fqdnOrHostName = lib.mkDefault "station.test";
     };
   };
 

@@ -276,7 +276,7 @@ let
         ++ eq "[Unit] StartLimitBurst" (du "StartLimitBurst") [ "3" ]
         ++ eq "[Unit] StartLimitIntervalSec" (du "StartLimitIntervalSec") [ "3600" ]
         ++ eq "ConditionPathExists" (du "ConditionPathExists") [ "!${stamp}" ]
-        ++ eq "ExecStart" (argv (lib.removeSuffix " --token-file %d/hf-token" (builtins.head (dv "ExecStart")))) (
+        ++ eq "ExecStart" (lib.filter (a: a != "--token-file" && a != "%d/hf-token") (argv (builtins.head (dv "ExecStart")))) (
           [ stationPackage ]
           ++ (
             if isHead then

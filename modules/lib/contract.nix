@@ -20,15 +20,6 @@ rec {
   isLoopback =
     host: builtins.substring 0 4 host == "127." || builtins.elem host [ "::1" "[::1]" "localhost" ];
 
-  # A path a secret may live at: absolute, outside the world-readable Nix store (null: no secret).
-  isSecretPath =
-    path:
-    path == null
-    || (
-      builtins.substring 0 1 path == "/"
-      && builtins.substring 0 (builtins.stringLength builtins.storeDir + 1) path != "${builtins.storeDir}/"
-    );
-
   # The serving unit, and the container it runs (same name).
   unit = "vllm-station";
   # golive's oneshot (golive.nix); the download unit starts it with the serving unit (download.nix).

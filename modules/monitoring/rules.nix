@@ -4,7 +4,7 @@
 # its JSON, which is YAML). checks/monitoring/rules.test.yml holds a promtool test for every alert.
 #
 # The metrics, and where each comes from:
-#   vllm:*                         vLLM's /metrics (job `vllmJob`)
+#   vllm:*                         vLLM's /metrics (job `vllmJob`); the names: ./metrics.json
 #   node_systemd_*                 node_exporter's systemd collector (restart and start-time metrics on)
 #   station_probe_*                `station probe` (a timer) through node_exporter's textfile collector
 #   station_watchdog_*             `station watchdog`, same way
@@ -15,6 +15,9 @@
 # The watchdog's verdict labels (`verdict="wedged"`, …) are vllm_station.watchdog.VERDICTS; a test
 # (checks/test_monitoring_rules.py) feeds every label this file selects through that list.
 let
+  # vLLM's metric names: modules/monitoring/metrics.json, their one home (the dashboard and the
+  # `station` tools are checked against it by checks/test_metric_names.py).
+  vllm = builtins.mapAttrs (_: metric: metric.name) (builtins.fromJSON (builtins.readFile ./metrics.json)).vllm;
   num = builtins.toJSON; # 0.95 -> "0.95" (toString would give "0.950000")
   mins = m: "${toString m}m";
   secs = s: "${toString s}s";
@@ -106,7 +109,7 @@ rec {
                 "The serving unit counts as active but its server does not answer Prometheus."
               )
               (alert "VllmStationThroughputLow" "warning" probeFor
-                "station_probe_tokens_per_second < ${num t.tokensPerSecond} and on() max(max_over_time(vllm:num_requests_running[${probeWindow}])) <= 1 and on() max(max_over_time(vllm:num_requests_waiting[${probeWindow}])) == 0"
+                "station_probe_tokens_per_second < ${num t.tokensPerSecond} and on() max(max_over_time(${vllm.running}[${probeWindow}])) <= 1 and on() max(max_over_time(${vllm.waiting}[${probeWindow}])) == 0"
                 "One user gets {{ $value | printf \"%.1f\" }} tok/s (below ${num t.tokensPerSecond})"
                 "The synthetic probe's decode rate dropped below the threshold in two probes in a row while the engine ran nothing else (at most 1 request running, none waiting, over each probe interval; the recipe expects 145.9 tok/s for one user): a potential memory issue."
               )
@@ -124,17 +127,17 @@ rec {
                 "Its timer (vllm-station-probe.timer) should run it every ${toString probeIntervalSeconds} s."
               )
               (alert "VllmStationKvCacheFull" "warning" (mins t.kvCacheMinutes)
-                "max(vllm:kv_cache_usage_perc) > ${num t.kvCacheUsage}"
+                "max(${vllm.kvCacheUsage}) > ${num t.kvCacheUsage}"
                 "KV cache {{ $value | humanizePercentage }} full"
                 "Above ${num t.kvCacheUsage} for ${mins t.kvCacheMinutes}: new requests wait or preempt running ones."
               )
               (alert "VllmStationRequestsWaiting" "warning" (mins t.waitingMinutes)
-                "sum(vllm:num_requests_waiting) > ${num t.waitingRequests}"
+                "sum(${vllm.waiting}) > ${num t.waitingRequests}"
                 "{{ $value }} requests waiting"
                 "More requests than --max-num-seqs (or the KV cache) admits, for ${mins t.waitingMinutes}: plan capacity."
               )
               (alert "VllmStationPreemptions" "warning" "0m"
-                "sum(increase(vllm:num_preemptions_total[5m])) > ${num t.preemptions}"
+                "sum(increase(${vllm.preemptions}[5m])) > ${num t.preemptions}"
                 "{{ $value | printf \"%.0f\" }} preemptions in 5 minutes"
                 "Running requests were preempted for lack of KV cache: their work is recomputed."
               )
@@ -144,7 +147,7 @@ rec {
                 "Time to first token of the synthetic probe's short prompt above ${num t.ttftSeconds} s in two probes in a row. vLLM's TTFT histogram mixes every prompt length (a 1M-token prefill takes 35 s) and cannot be joined with the prompt length, so the probe's own fixed short prompt is judged."
               )
               (alert "VllmStationEngineStalled" "critical" "1m"
-                "sum(vllm:num_requests_waiting) > 0 and on() sum(increase(vllm:generation_tokens_total[${stall}])) == 0 and on() sum(increase(vllm:prompt_tokens_total[${stall}])) == 0 and on() sum(changes(vllm:kv_cache_usage_perc[${stall}])) == 0"
+                "sum(${vllm.waiting}) > 0 and on() sum(increase(${vllm.generationTokens}[${stall}])) == 0 and on() sum(increase(${vllm.promptTokens}[${stall}])) == 0 and on() sum(changes(${vllm.kvCacheUsage}[${stall}])) == 0"
                 "Requests wait and the engine makes no progress"
                 "For ${stall} no token was generated or prefilled and the KV cache did not change while requests waited."
               )

@@ -2,6 +2,9 @@
 # verification), the serving unit's dependency on the stamp, and every assertion.
 { lib, h }:
 let
+  # (lib.takeEnd/dropEnd are newer than the NixOS tree the flake's checks evaluate with)
+  lastTwo = l: lib.sublist (lib.length l - 2) 2 l;
+  dropLastTwo = l: lib.take (lib.length l - 2) l;
   rev = "0123456789abcdef0123456789abcdef01234567";
   rev2 = "89abcdef0123456789abcdef0123456789abcdef";
   dir = "/var/lib/vllm-station-models/glm53";
@@ -33,8 +36,18 @@ let
 
   unitOf = config: config.systemd.services.vllm-station-download-glm53;
   dsc = config: (unitOf config).serviceConfig;
-  tokenSuffix = " --token-file %d/hf-token";
-  startArgv = config: h.argv (lib.removeSuffix tokenSuffix (dsc config).ExecStart);
+  # The hub token through its credential (modules/lib/unit.nix): `%d` once, for systemd to expand.
+  tokenArgs = [
+    "--token-file"
+    "%d/hf-token"
+  ];
+  execArgv = config: h.argv (dsc config).ExecStart;
+  startArgv =
+    config:
+    let
+      argv = execArgv config;
+    in
+    if lastTwo argv == tokenArgs then dropLastTwo argv else argv;
   station = "${h.fake.station}/bin/station"; # the download units: the store path (a oneshot)
   linked = "/run/vllm-station-tools/bin/station"; # the serving unit's steps: the stable link (serve.nix)
   # The download's last step when it serves the entry: `+systemctl start --no-block UNITS` (privileged),
@@ -132,7 +145,8 @@ in
       "--expect-shards"
       "50"
     ]
-    ++ h.ok "token through a credential" (lib.hasSuffix tokenSuffix (dsc config).ExecStart)
+    ++ h.eq "token through a credential" (lastTwo (execArgv config)) tokenArgs
+    ++ h.ok "%d quoted once, not escaped to %%d" (lib.hasSuffix " \"%d/hf-token\"" (dsc config).ExecStart)
     ++ h.eq "LoadCredential" (dsc config).LoadCredential [ "hf-token:/run/secrets/hf-token" ]
     ++ h.ok "token path not in the command line" (!lib.hasInfix "/run/secrets/hf-token" (dsc config).ExecStart)
   );

@@ -2,6 +2,8 @@
 # and that it leaves the serving unit alone.
 { lib, h }:
 let
+  # (lib.takeEnd is newer than the NixOS tree the flake's checks evaluate with)
+  lastTwo = l: lib.sublist (lib.length l - 2) 2 l;
   flash = {
     services.vllm-station.serve = {
       enable = true;
@@ -23,7 +25,11 @@ let
       builtins.unsafeDiscardStringContext config.environment.etc."vllm-station/golive.json".text
     );
   station = "/run/vllm-station-tools/bin/station"; # the stable link (serve.nix), not the store path
-  keySuffix = " --api-key-file %d/api-key";
+  # vLLM's key through the credential (modules/lib/unit.nix): `%d` once, for systemd to expand.
+  keyArgs = [
+    "--api-key-file"
+    "%d/api-key"
+  ];
 in
 {
   import-enables-nothing = h.check [ flash ] (
@@ -124,7 +130,8 @@ in
   api-key-through-a-credential = h.check (with' on { services.vllm-station.serve.apiKeyFile = "/run/secrets/vllm-api-key"; }) (
     config:
     h.eq "LoadCredential" (sc config).LoadCredential [ "api-key:/run/secrets/vllm-api-key" ]
-    ++ h.ok "--api-key-file %d/api-key" (lib.hasSuffix keySuffix (sc config).ExecStart)
+    ++ h.eq "--api-key-file %d/api-key" (lastTwo (h.argv (sc config).ExecStart)) keyArgs
+    ++ h.ok "%d quoted once, not escaped to %%d" (lib.hasSuffix " \"--api-key-file\" \"%d/api-key\"" (sc config).ExecStart)
     ++ h.ok "the key's path is not in the config file" (
       !lib.hasInfix "/run/secrets" config.environment.etc."vllm-station/golive.json".text
     )

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import golive_config
 import pytest
 from faultserver import free_port
 from simserver import SimServer
@@ -36,8 +37,8 @@ def test_go_against_a_correct_deployment(tmp_path: Path, capsys: pytest.CaptureF
                "revision": "0123456789abcdef0123456789abcdef01234567",
                "vllmArgs": ["/m", "--max-model-len", "30000"]}  # fmt: skip
     with sim("reference") as s:
-        config.write_text(json.dumps({"baseUrl": s.base_url, "model": "glm-sim", "expect": ["c1.tok_s>=10"],
-                                      "station": station, "outDir": str(tmp_path / "out")}))  # fmt: skip
+        golive_config.write(config, baseUrl=s.base_url, model="glm-sim", expect=["c1.tok_s>=10"],
+                            station=station, outDir=str(tmp_path / "out"))  # fmt: skip
         code, rep, err = golive(capsys, "--config", str(config), *FAST)
     assert code == 0, err
     assert rep["result"] == "go" and [g["name"] for g in rep["gates"]] == [

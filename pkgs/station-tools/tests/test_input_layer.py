@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import golive_config
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -185,7 +186,7 @@ def test_golive_config_values_are_typed_and_ranged(
     """A wrongly typed or out-of-range value in --config: exit 2 naming the file and the key, before any
     gate runs (nothing listens at the URL: getting further would be exit 3)."""
     path = tmp_path / "golive.json"
-    path.write_text(json.dumps({"baseUrl": CLOSED, **config}))
+    golive_config.write(path, **{"baseUrl": CLOSED, **config})
     assert main(["golive", "--config", str(path)]) == 2
     err = capsys.readouterr().err
     assert f"--config {path}: {key}" in err and "Traceback" not in err, err

@@ -27,7 +27,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -183,6 +183,105 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
 
+# ---- golive.json: the contract with modules/golive.nix ----
+# Every key the module writes, and nothing else: a key renamed on either side fails the file (exit 2)
+# instead of falling back to a default. checks/test_contracts.py feeds the rendered file through it.
+# The values are checked for type and range by `make_plan` (`_Config`), with the options' own types.
+
+
+@dataclass(frozen=True)
+class GoliveAgent:
+    repeats: object
+
+
+@dataclass(frozen=True)
+class GoliveNeedle:
+    lengths: object
+    depths: object
+    calibration_cache: object
+
+
+@dataclass(frozen=True)
+class GoliveBench:
+    concurrency: object
+    requests: object
+    output_len: object
+
+
+@dataclass(frozen=True)
+class GoliveStation:
+    """The station's record, copied into the report."""
+
+    preset: object
+    image: object
+    revision: object
+    vllm_args: object
+
+
+@dataclass(frozen=True)
+class GoliveConfig:
+    base_url: object
+    model: object
+    expect: object
+    skip: object
+    timeout: object
+    out_dir: object
+    agent: GoliveAgent
+    needle: GoliveNeedle
+    bench: GoliveBench
+    station: GoliveStation
+
+    # Keys a file written by hand may add (the module passes the key as a credential instead).
+    OPTIONAL_KEYS = frozenset({"apiKeyFile"})
+
+    @staticmethod
+    def key(name: str) -> str:
+        head, *rest = name.split("_")
+        return head + "".join(part.capitalize() for part in rest)
+
+    @classmethod
+    def keys(cls, section: type | None = None) -> list[str]:
+        """The camelCase keys of the file (or of one section's dataclass), in field order."""
+        return [cls.key(f.name) for f in fields(section or cls)]
+
+    @classmethod
+    def from_mapping(cls, data: dict[str, Any], where: str = "golive config") -> GoliveConfig:
+        """Every key required and no other (`where`: the message's prefix, e.g. "--config FILE")."""
+        config: GoliveConfig = cls._build(cls, data, where, "", cls.OPTIONAL_KEYS)
+        return config
+
+    @staticmethod
+    def _build(kind: type, data: dict[str, Any], where: str, prefix: str, optional: frozenset[str]) -> Any:
+        known = GoliveConfig.keys(kind)
+        unknown = sorted(k for k in data if k not in known and k not in optional)
+        if unknown:
+            raise UsageError(
+                f"{where}: {', '.join(prefix + k for k in unknown)}: unknown key{'s' * (len(unknown) > 1)}; "
+                f"the keys{' of ' + prefix.rstrip('.') if prefix else ''}: {', '.join(known)}"
+            )
+        missing = [prefix + k for k in known if k not in data]
+        if missing:
+            raise UsageError(
+                f"{where}: {', '.join(missing)}: missing (the NixOS module writes every key; is this file "
+                "from another version of vllm-station?)"
+            )
+        values: dict[str, Any] = {}
+        for f in fields(kind):
+            value = data[GoliveConfig.key(f.name)]
+            if isinstance(f.type, str) and f.type.startswith("Golive"):  # a section: an object of its own
+                key = prefix + GoliveConfig.key(f.name)
+                if not isinstance(value, dict):
+                    raise UsageError(f"{where}: {key}: must be an object, got {argtypes.json_type(value)}")
+                value = GoliveConfig._build(_SECTIONS[f.type], value, where, key + ".", frozenset())
+            values[f.name] = value
+        return kind(**values)
+
+
+_SECTIONS: dict[str, type] = {
+    t.__name__: t for t in (GoliveAgent, GoliveNeedle, GoliveBench, GoliveStation)
+}
+
+
 def _load_config(path: Path | None) -> dict[str, Any]:
     if path is None:
         return {}
@@ -196,6 +295,7 @@ def _load_config(path: Path | None) -> dict[str, Any]:
         raise UsageError(f"--config {path}: cannot read it as JSON ({exc})") from None
     if not isinstance(obj, dict):
         raise UsageError(f"--config {path}: expected a JSON object")
+    GoliveConfig.from_mapping(obj, f"--config {path}")  # every key, no other: the module's file
     return obj
 
 
