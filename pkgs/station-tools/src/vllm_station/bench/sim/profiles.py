@@ -58,7 +58,9 @@ class Profile:
         if n <= pts[0][0]:
             return pts[0][1]
         for (c0, r0), (c1, r1) in itertools.pairwise(pts):
-            if n <= c1:
+            if n == c1:
+                return r1
+            if n < c1:
                 f = (math.log2(n) - math.log2(c0)) / (math.log2(c1) - math.log2(c0))
                 return r0 + f * (r1 - r0)
         return pts[-1][1]

@@ -113,6 +113,7 @@ class Simulator:
         self.waiting = 0  # serial: requests queued behind the engine
         self._prefill: tuple[float, float, int] | None = None  # serial: (start, seconds, prompt tokens)
         self._engine_lock = asyncio.Lock()
+        self.disconnects = 0  # streams whose client closed the connection before the end
         self.in_engine = 0  # profile: requests queued for prefill, prefilling or decoding
         self._prefill_free_at = 0.0  # profile: when the prefill queue's last admitted prefill ends
         self._frozen: str | None = None  # wedge: /metrics as it was at the wedge
@@ -275,6 +276,7 @@ class Simulator:
             "requests": len(self.records),
             "completed": sum(1 for r in self.records if r.injected is None and r.end is not None),
             "injected": dict(self.injected),
+            "disconnects": self.disconnects,
             "emitted": {
                 "ttft": _dist(ttft),
                 "itl_gaps": _dist(gaps),
@@ -487,7 +489,27 @@ class Simulator:
         chat: bool,
     ) -> web.StreamResponse:
         resp = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream; charset=utf-8"})
-        await resp.prepare(request)
+        try:
+            await resp.prepare(request)
+            await self._stream(request, resp, rec, body, rid, due, n_prompt, pieces, finish, chat)
+        except ConnectionResetError:  # the client went away mid-stream: counted, not a server error
+            self.disconnects += 1
+            rec.end = None
+        return resp
+
+    async def _stream(
+        self,
+        request: web.Request,
+        resp: web.StreamResponse,
+        rec: _ReqRecord,
+        body: dict[str, Any],
+        rid: str,
+        due: list[float],
+        n_prompt: int,
+        pieces: list[dict[str, Any]],
+        finish: str,
+        chat: bool,
+    ) -> None:
         created = int(time.time())
         model = self.config.model
         obj = "chat.completion.chunk" if chat else "text_completion"
@@ -532,7 +554,7 @@ class Simulator:
                 if kind == "stall":
                     await write(("data: " + head + role + "]}\n\n").encode())
                     await self._stall(request)
-                    return resp
+                    return
             t = perf()
             await write(data.encode())
             rec.emits.append(t)
@@ -540,7 +562,7 @@ class Simulator:
         if kind == "truncate":
             if request.transport is not None:
                 request.transport.close()
-            return resp
+            return
         tail = ""
         if kind == "error_event":
             err = {
@@ -556,7 +578,6 @@ class Simulator:
         if kind is None:
             self._count_success(rec, n_prompt, n)
         await resp.write_eof()
-        return resp
 
     async def _queued_prefill(self, arrive: float, n_prompt: int) -> float:
         """The profile's prefill queue, on a virtual clock (no drift under load): this prefill starts when
