@@ -145,9 +145,8 @@ def test_gates_tools_pass_against_the_default_simulator(default_sim: SimProcess)
 def test_a_client_leaving_mid_stream_leaves_a_clean_log(tmp_path: Path) -> None:
     with SimProcess(["--profile", "flat", "--itl", "0.02"]) as sim:
         host, port = sim.base_url.removeprefix("http://").split(":")
-        body = json.dumps(
-            {"model": "sim", "messages": [{"role": "user", "content": "hi"}], "stream": True, "max_tokens": 500}
-        ).encode()
+        hi = [{"role": "user", "content": "hi"}]
+        body = json.dumps({"model": "sim", "messages": hi, "stream": True, "max_tokens": 500}).encode()
         with socket.create_connection((host, int(port)), timeout=10) as s:
             s.sendall(
                 b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
