@@ -48,9 +48,12 @@ def test_the_estimate_counts_rounds_of_requests_per_concurrency() -> None:
     p = Progress(enabled=False)
     p.plan([2.0, 2.0])  # e.g. c1 with 2 requests, then c4 with 8
     assert p.seconds_left() is None  # nothing done: no estimate
-    p.start_level(1, 4)
+    p.start_level(1, 4)  # the first level took 2 rounds
     p.done = 4  # one round of the second level: 3 of 4 rounds done
-    p._run_t0 -= 3.0  # 3 s so far
+    p._level_t0 -= 1.5  # that round took 1.5 s: the one left will take as long
     left = p.seconds_left()
-    assert left is not None and left == pytest.approx(1.0, abs=0.05)
+    assert left is not None and left == pytest.approx(1.5, abs=0.05)
+    p.start_level(1, 4)
+    p.done = 0  # a level without an answer yet: the last level's time per round
+    assert p.seconds_left() == pytest.approx(1.5 * 2, abs=0.1)
     assert (eta_text(40.4), eta_text(119), eta_text(180)) == ("~40 s left", "~119 s left", "~3 min left")

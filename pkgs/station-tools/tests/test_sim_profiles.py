@@ -12,9 +12,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+from simserver import SimServer
 
 from vllm_station.bench.sim import cli as sim_cli
+from vllm_station.bench.sim.config import SimConfig
 from vllm_station.bench.sim.process import SimProcess
 from vllm_station.bench.sim.profiles import PROFILES, burst
 from vllm_station.cli import main
@@ -168,3 +171,28 @@ def test_a_client_leaving_mid_stream_leaves_a_clean_log(tmp_path: Path) -> None:
     log = "".join(sim.log)
     assert "Traceback" not in log and "Error handling request" not in log, log
     assert "emitted" in log  # the exit line came: the log was read to the end
+
+
+# ---- fault modes stay opt-in and work under a profile ----------------------------------------------------
+def _post(base: str, timeout: float = 10, **body: Any) -> httpx.Response:
+    payload = {"model": "glm-5.3-flash", "messages": [{"role": "user", "content": "hi"}], **body}
+    return httpx.post(base + "/v1/chat/completions", json=payload, timeout=timeout)
+
+
+def _gb300(**kw: Any) -> SimConfig:
+    return SimConfig(profile=GB300, model=GB300.model, max_model_len=GB300.max_model_len, **kw)
+
+
+def test_fault_modes_under_the_default_profile() -> None:
+    with SimServer(_gb300()) as s:
+        ok = _post(s.base_url, stream=True, max_tokens=5)
+        assert ok.status_code == 200 and ok.text.endswith("data: [DONE]\n\n")
+        assert _post(s.base_url, model="other").status_code == 404
+    with SimServer(_gb300(fail={"5xx": 1.0})) as s:
+        assert _post(s.base_url).status_code == 500
+    with SimServer(_gb300(fail={"truncate": 1.0})) as s, pytest.raises(httpx.HTTPError):
+        _post(s.base_url, stream=True, max_tokens=6)  # an incomplete chunked body
+    with SimServer(_gb300(engine="wedge")) as s:
+        with pytest.raises(httpx.ReadTimeout):  # no token ever comes
+            _post(s.base_url, timeout=1.0, stream=True)
+        assert httpx.get(s.base_url + "/health", timeout=5).status_code == 200

@@ -112,8 +112,9 @@ class Progress:
     requests only bump counters; a separate task redraws every half second.
 
     The line says which level of how many, and an estimate of the time left: the run's work counted in
-    rounds (a level's requests / its concurrency: one closed-loop round or one burst), the time per round
-    so far times the rounds left. Higher levels take longer per round, so the estimate is low early on."""
+    rounds (a level's requests / its concurrency: one closed-loop round or one burst), times the time per
+    round of the level in progress (before its first answer: of the level before it, or of the run so
+    far). Higher levels take longer per round, so the estimate runs low until the last level starts."""
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
@@ -128,8 +129,11 @@ class Progress:
         self.level = 0  # the level in progress, from 1
         self._rounds: list[float] = []  # per level: its requests / its concurrency
         self._concurrency = 1
-        self._rounds_before = 0.0  # rounds of the phases finished so far
+        self._rounds_before = 0.0  # rounds of the levels before this one
         self._run_t0 = 0.0
+        self._level_t0 = 0.0
+        self._level_rounds = 0.0  # rounds of this level's finished phases
+        self._round_s: float | None = None  # seconds per round of the last level measured
 
     def plan(self, rounds: list[float]) -> None:
         """The run's levels, each as rounds of work (requests / concurrency, warm-up included)."""
@@ -141,6 +145,8 @@ class Progress:
         self.level = index + 1
         self._concurrency = max(1, concurrency)
         self._rounds_before = sum(self._rounds[:index])
+        self._level_t0 = time.perf_counter()
+        self._level_rounds = 0.0
 
     def on_done(self, r: RawResult) -> None:
         self.done += 1
@@ -151,11 +157,16 @@ class Progress:
         """The estimate of the time left (None before any work is done)."""
         if not self._rounds:
             return None
-        done = self._rounds_before + self.done / self._concurrency
-        if done <= 0:
-            return None
-        elapsed = time.perf_counter() - self._run_t0
-        return max(0.0, elapsed / done * (sum(self._rounds) - done))
+        now = time.perf_counter()
+        in_level = self._level_rounds + self.done / self._concurrency
+        done = self._rounds_before + in_level
+        if in_level > 0:
+            self._round_s = (now - self._level_t0) / in_level
+        elif self._round_s is None:
+            if done <= 0:
+                return None
+            self._round_s = (now - self._run_t0) / done
+        return max(0.0, self._round_s * (sum(self._rounds) - done))
 
     def _line(self) -> str:
         el = time.perf_counter() - self.t0
@@ -185,7 +196,7 @@ class Progress:
             self._task = None
         if self.enabled:
             print(("\r\x1b[K" if self.tty else "") + self._line(), file=sys.stderr, flush=True)
-        self._rounds_before += self.done / self._concurrency
+        self._level_rounds += self.done / self._concurrency
         self.done = 0
 
     @contextlib.asynccontextmanager
