@@ -93,7 +93,7 @@ def test_fixed_schedule_options_select_flat() -> None:
 @pytest.mark.parametrize(
     ("argv", "says"),
     [
-        (["--profile", "gb300-flash-1m", "--itl", "0.01"], "--itl set the fixed schedule"),
+        (["--profile", "gb300-flash-1m", "--itl", "0.01"], "--itl sets the fixed schedule"),
         (["--ttft", "0.1", "--time-scale", "0.5"], "--time-scale scales a profile's prefill"),
     ],
 )

@@ -125,7 +125,8 @@ def profile_of(args: argparse.Namespace) -> profiles.Profile | None:
     name = args.profile
     if fixed and name not in (None, FLAT):
         raise UsageError(
-            f"{', '.join(fixed)} set the fixed schedule; --profile {name} has its own: drop one of them "
+            f"{', '.join(fixed)} {'sets' if len(fixed) == 1 else 'set'} the fixed schedule; --profile {name} "
+            "has its own: drop one of them "
             f"(or say --profile {FLAT})"
         )
     if fixed or name == FLAT:
