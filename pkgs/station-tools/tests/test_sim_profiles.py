@@ -132,8 +132,9 @@ def test_one_and_32_users_follow_the_model(default_sim: SimProcess, tmp_path: Pa
     c1, c32 = rep["levels"]
     assert rep["model"] == "glm-5.3-flash" and c1["failures"] == {} and c32["failures"] == {}
     m1, m32 = burst(GB300, 1, 64), burst(GB300, 32, 64)
-    assert 0.85 * m1.user_tok_s <= c1["user_tok_s"]["median"] <= 1.03 * m1.user_tok_s
-    assert 0.75 * m32.user_tok_s <= c32["user_tok_s"]["median"] <= 1.05 * m32.user_tok_s
+    # above the model only by a late first token shortening the measured ITL (E2E - TTFT) / (N - 1)
+    assert 0.85 * m1.user_tok_s <= c1["user_tok_s"]["median"] <= 1.08 * m1.user_tok_s
+    assert 0.75 * m32.user_tok_s <= c32["user_tok_s"]["median"] <= 1.10 * m32.user_tok_s
     assert 0.9 * m32.ttft_p50 <= c32["ttft"]["median"] <= 1.5 * m32.ttft_p50
     # the shape: per-user rate falls with load, the aggregate rises, the burst queues its prefills
     assert c1["user_tok_s"]["median"] > 2 * c32["user_tok_s"]["median"]
