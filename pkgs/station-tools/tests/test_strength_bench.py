@@ -72,19 +72,21 @@ def test_totals_exactly_on_the_threshold(c1: LevelReport, c2: LevelReport, op: s
 
 def test_exact_result_records(c1: LevelReport, c2: LevelReport) -> None:
     assert results(["c1.ttft>=0.5"], [c1, c2]) == [
-        ExpectResult("c1.ttft>=0.5", "c1", 0.5, True, "c1.ttft = 0.5 (>= 0.5)")
+        ExpectResult("c1.ttft>=0.5", "c1", 0.5, True, "c1.ttft = 0.5 s, needs >= 0.5")
     ]
     assert results(["failures==0"], [c1, c2]) == [
-        ExpectResult("failures==0", None, 1.0, False, "failures = 1 over the run")
+        ExpectResult("failures==0", None, 1.0, False, "failures = 1 over the run, needs == 0")
     ]
-    assert results(["ok>=4"], [c1, c2]) == [ExpectResult("ok>=4", None, 4.0, True, "ok = 4 over the run")]
+    assert results(["ok>=4"], [c1, c2]) == [
+        ExpectResult("ok>=4", None, 4.0, True, "ok = 4 over the run, needs >= 4")
+    ]
 
 
 def test_an_unlevelled_metric_holds_at_every_level(c1: LevelReport, c2: LevelReport) -> None:
     got = results(["ttft<=0.25"], [c1, c2])
     assert [(r.level, r.value, r.passed) for r in got] == [("c1", 0.5, False), ("c2", 0.25, True)]
     assert [r.expr for r in got] == ["ttft<=0.25", "ttft<=0.25"]
-    assert got[1].detail == "c2.ttft = 0.25 (<= 0.25)"
+    assert got[1].detail == "c2.ttft = 0.25 s, needs <= 0.25"
 
 
 def test_every_metric_reads_its_own_figure(c2: LevelReport) -> None:
@@ -102,8 +104,8 @@ def test_an_unmeasured_metric_fails_and_the_others_still_run(c1: LevelReport) ->
     got = results(["ttft<=1", "c1.tok_s>=1"], [empty, c1])
     assert got == [
         ExpectResult("ttft<=1", "c4", None, False, "c4: ttft not measured"),
-        ExpectResult("ttft<=1", "c1", 0.5, True, "c1.ttft = 0.5 (<= 1)"),
-        ExpectResult("c1.tok_s>=1", "c1", 3.0, True, "c1.tok_s = 3 (>= 1)"),
+        ExpectResult("ttft<=1", "c1", 0.5, True, "c1.ttft = 0.5 s, needs <= 1"),
+        ExpectResult("c1.tok_s>=1", "c1", 3.0, True, "c1.tok_s = 3 tok/s, needs >= 1"),
     ]
 
 

@@ -202,7 +202,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="EXPR",
         help="gate, e.g. c1.tok_s>=100, c32.ttft_p50<=1.5, failures==0 (repeatable)",
     )
-    parser.add_argument("--no-progress", action="store_true", help="no progress display on stderr")
+    parser.add_argument(
+        "--quiet",
+        "--no-progress",
+        dest="no_progress",
+        action="store_true",
+        help="no progress lines on stderr (the level of how many, requests done, time left)",
+    )
 
 
 def _check_budgets(opts: BenchOptions) -> None:

@@ -129,6 +129,25 @@ def value_of(level: LevelReport, metric: str) -> float | None:
     return v
 
 
+def unit_of(metric: str) -> str:
+    """The unit a metric's value is in, for messages: `tok/s`, `req/s`, `s`, or none for counts."""
+    base = _split(metric)
+    name = base[0] if base is not None else metric
+    if name in ("tok_s", "tok_s_min", "tok_s_max", "user_tok_s", "prefill_tok_s"):
+        return "tok/s"
+    if name == "req_s":
+        return "req/s"
+    if name in ("failures", "ok"):
+        return ""
+    return "s"
+
+
+def _figure(value: float, metric: str) -> str:
+    """`98.36 tok/s`, `1.007 s`, `0` (a count)."""
+    unit = unit_of(metric)
+    return f"{value:.4g} {unit}" if unit else f"{value:g}"
+
+
 def check_levels(exps: list[Expectation], names: list[str]) -> None:
     """Before running: every named level must be in the plan."""
     for e in exps:
@@ -155,7 +174,8 @@ def evaluate(exps: list[Expectation], levels: list[LevelReport]) -> list[ExpectR
                                         "nothing was measured"))  # fmt: skip
                 continue
             ok = op(total, e.threshold)
-            out.append(ExpectResult(e.text, None, total, ok, f"{e.metric} = {total:g} over the run"))
+            detail = f"{e.metric} = {total:g} over the run, needs {e.op} {e.threshold:g}"
+            out.append(ExpectResult(e.text, None, total, ok, detail))
             continue
         targets = [by_name[e.level]] if e.level is not None else levels
         if not targets:
@@ -171,7 +191,11 @@ def evaluate(exps: list[Expectation], levels: list[LevelReport]) -> list[ExpectR
             ok = op(v, e.threshold)
             out.append(
                 ExpectResult(
-                    e.text, lv.name, v, ok, f"{lv.name}.{e.metric} = {v:.4g} ({e.op} {e.threshold:g})"
+                    e.text,
+                    lv.name,
+                    v,
+                    ok,
+                    f"{lv.name}.{e.metric} = {_figure(v, e.metric)}, needs {e.op} {e.threshold:g}",
                 )
             )
     return out

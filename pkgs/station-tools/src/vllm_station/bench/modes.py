@@ -109,7 +109,12 @@ class BenchOptions:
 
 class Progress:
     """A one-line live display on stderr (a TTY), or one line per phase otherwise. Never on the hot path:
-    requests only bump counters; a separate task redraws every half second."""
+    requests only bump counters; a separate task redraws every half second.
+
+    The line says which level of how many, and an estimate of the time left: the run's work counted in
+    rounds (a level's requests / its concurrency: one closed-loop round or one burst), times the time per
+    round of the level in progress (before its first answer: of the level before it, or of the run so
+    far). Higher levels take longer per round, so the estimate runs low until the last level starts."""
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
@@ -120,15 +125,57 @@ class Progress:
         self.failed = 0
         self.t0 = 0.0
         self._task: asyncio.Task[None] | None = None
+        self.levels = 0  # how many levels the run has; 0: no level line (plan() not called)
+        self.level = 0  # the level in progress, from 1
+        self._rounds: list[float] = []  # per level: its requests / its concurrency
+        self._concurrency = 1
+        self._rounds_before = 0.0  # rounds of the levels before this one
+        self._run_t0 = 0.0
+        self._level_t0 = 0.0
+        self._level_rounds = 0.0  # rounds of this level's finished phases
+        self._round_s: float | None = None  # seconds per round of the last level measured
+
+    def plan(self, rounds: list[float]) -> None:
+        """The run's levels, each as rounds of work (requests / concurrency, warm-up included)."""
+        self._rounds = rounds
+        self.levels = len(rounds)
+        self._run_t0 = time.perf_counter()
+
+    def start_level(self, index: int, concurrency: int) -> None:
+        self.level = index + 1
+        self._concurrency = max(1, concurrency)
+        self._rounds_before = sum(self._rounds[:index])
+        self._level_t0 = time.perf_counter()
+        self._level_rounds = 0.0
 
     def on_done(self, r: RawResult) -> None:
         self.done += 1
         if r.error_kind is not None:
             self.failed += 1
 
+    def seconds_left(self) -> float | None:
+        """The estimate of the time left (None before any work is done)."""
+        if not self._rounds:
+            return None
+        now = time.perf_counter()
+        in_level = self._level_rounds + self.done / self._concurrency
+        done = self._rounds_before + in_level
+        if in_level > 0:
+            self._round_s = (now - self._level_t0) / in_level
+        elif self._round_s is None:
+            if done <= 0:
+                return None
+            self._round_s = (now - self._run_t0) / done
+        return max(0.0, self._round_s * (sum(self._rounds) - done))
+
     def _line(self) -> str:
         el = time.perf_counter() - self.t0
-        return f"{self.label}: {self.done}/{self.total} requests, {self.failed} failed, {el:.1f}s"
+        line = f"{self.label}: {self.done}/{self.total} requests, {self.failed} failed, {el:.1f}s"
+        if self.levels:
+            left = self.seconds_left()
+            eta = "" if left is None else f", {eta_text(left)}"
+            line = f"level {self.level}/{self.levels}{eta} — {line}"
+        return line
 
     async def _redraw(self) -> None:
         while True:
@@ -149,6 +196,8 @@ class Progress:
             self._task = None
         if self.enabled:
             print(("\r\x1b[K" if self.tty else "") + self._line(), file=sys.stderr, flush=True)
+        self._level_rounds += self.done / self._concurrency
+        self.done = 0
 
     @contextlib.asynccontextmanager
     async def phase(self, label: str, total: int) -> AsyncIterator[None]:
@@ -164,6 +213,13 @@ class Progress:
                 print(("\r\x1b[K" if self.tty else "") + self._line() + " (interrupted)", file=sys.stderr)
             raise
         await self.end()
+
+
+def eta_text(seconds: float) -> str:
+    """`~40 s left`, `~3 min left`."""
+    if seconds < 120:
+        return f"~{seconds:.0f} s left"
+    return f"~{seconds / 60:.0f} min left"
 
 
 def _body(opts: BenchOptions, model: str, messages: Messages, max_tokens: int) -> bytes:
@@ -538,9 +594,11 @@ async def execute(opts: BenchOptions, prompt_file: PromptFile | None = None) -> 
                 "the metrics use the server's usage.prompt_tokens"
             )
         state = _LevelState()
+        progress.plan([(lv.warmup + opts.repeats * lv.per_repeat) / lv.concurrency for lv in levels_plan])
         try:
-            for lv in levels_plan:
+            for i, lv in enumerate(levels_plan):
                 state = _LevelState()
+                progress.start_level(i, lv.concurrency)
                 report, prompt_info = await _run_level(
                     client, opts, model, lv, counter, counted_by, progress, state, file_prompts, responses
                 )

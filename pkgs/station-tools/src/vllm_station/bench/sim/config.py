@@ -1,8 +1,10 @@
 """What the simulator is told: its timing schedule, its tokenizer and its failure injection.
 
-Schedule per request (all times from the moment the request's bytes arrive):
+Schedule per request (all times from the moment the request's bytes arrive), without a profile:
     first token at  ttft + prefill_per_token × prompt_tokens (+ jitter)
     token k at      first + k × itl (+ jitter, uniform in ±jitter, never before the previous token)
+With a profile (`profiles.py`): one prefill queue, and each token's gap from the number of requests in the
+engine at that moment.
 
 Tokenizer (also `/tokenize`): one whitespace-separated word is one token; each chat message adds
 `MESSAGE_OVERHEAD` tokens and the generation prompt `GENERATION_OVERHEAD`.
@@ -25,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from vllm_station.bench.sim.profiles import Profile
 from vllm_station.errors import UsageError
 
 MESSAGE_OVERHEAD = 4
@@ -58,8 +61,12 @@ class SimConfig:
     stall_seconds: float = 300.0
     engine: str = "normal"  # ENGINE_MODES
     gates: str | None = None  # None, or `tools.MODES`: answer the quality gates (reference or one fault)
+    profile: Profile | None = None  # a calibrated schedule (profiles.py) instead of ttft/itl
+    time_scale: float = 1.0  # multiplies the profile's prefill time (never its decode)
 
     def first_token_delay(self, prompt_tokens: int) -> float:
+        if self.profile is not None:
+            return self.profile.ttft_alone(prompt_tokens, self.time_scale)
         return self.ttft + self.prefill_per_token * prompt_tokens
 
 

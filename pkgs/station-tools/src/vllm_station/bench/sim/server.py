@@ -113,6 +113,9 @@ class Simulator:
         self.waiting = 0  # serial: requests queued behind the engine
         self._prefill: tuple[float, float, int] | None = None  # serial: (start, seconds, prompt tokens)
         self._engine_lock = asyncio.Lock()
+        self.disconnects = 0  # streams whose client closed the connection before the end
+        self.in_engine = 0  # profile: requests queued for prefill, prefilling or decoding
+        self._prefill_free_at = 0.0  # profile: when the prefill queue's last admitted prefill ends
         self._frozen: str | None = None  # wedge: /metrics as it was at the wedge
         # station gates' answers (reference or one serving fault), see tools.py
         self.gates = GatesModel(config.gates, config.max_model_len) if config.gates else None
@@ -261,6 +264,8 @@ class Simulator:
         cfg = self.config
         return {
             "configured": {
+                "profile": cfg.profile.name if cfg.profile is not None else None,
+                "time_scale": cfg.time_scale,
                 "ttft": cfg.ttft,
                 "itl": cfg.itl,
                 "jitter": cfg.jitter,
@@ -271,6 +276,7 @@ class Simulator:
             "requests": len(self.records),
             "completed": sum(1 for r in self.records if r.injected is None and r.end is not None),
             "injected": dict(self.injected),
+            "disconnects": self.disconnects,
             "emitted": {
                 "ttft": _dist(ttft),
                 "itl_gaps": _dist(gaps),
@@ -304,7 +310,11 @@ class Simulator:
             await asyncio.sleep(delay)
 
     def _schedule(self, first_due: float, n: int) -> list[float]:
+        """Every token's deadline; with a profile only the first token's is fixed here (each later
+        token's is set when the one before it is sent, from the engine's load at that moment)."""
         cfg = self.config
+        if cfg.profile is not None:
+            return [first_due] * n
         due = [first_due + k * cfg.itl for k in range(n)]
         if cfg.jitter > 0:
             prev = 0.0
@@ -348,6 +358,16 @@ class Simulator:
         if self.engine == "wedge":  # no token ever: held until the client gives up
             await self._stall(request)
             return _error(500, "InternalServerError", "simulated wedge: the engine never answered")
+        self.in_engine += 1
+        try:
+            return await self._admitted(request, body, arrive, n_prompt, chat=chat)
+        finally:
+            self.in_engine -= 1
+
+    async def _admitted(
+        self, request: web.Request, body: dict[str, Any], arrive: float, n_prompt: int, *, chat: bool
+    ) -> web.StreamResponse:
+        cfg = self.config
         first_due = arrive + cfg.first_token_delay(n_prompt)
         if cfg.jitter > 0:
             first_due = max(arrive, first_due + self.rng.uniform(-cfg.jitter, cfg.jitter))
@@ -373,12 +393,17 @@ class Simulator:
             pieces, finish, n = gates.deltas, gates.finish_reason, len(gates.deltas)
         if self.engine == "serial":  # prefill behind whatever the engine prefills now
             first_due = rec.first_due = await self._serial_prefill(n_prompt, first_due)
+        elif cfg.profile is not None:  # the profile's prefill queue
+            first_due = rec.first_due = await self._queued_prefill(arrive, n_prompt)
         due = self._schedule(first_due, n)
         rid = rec.rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
         self.running += 1
         try:
             if not stream:
                 message = gates.message if gates is not None else None
+                if cfg.profile is not None:  # the decode rate of the engine as it is now, for every token
+                    gap = 1.0 / cfg.profile.decode_rate(self.in_engine)
+                    due = [first_due + k * gap for k in range(n)]
                 return await self._respond_whole(rec, body, rid, due, n_prompt, pieces, finish, chat, message)
             return await self._respond_stream(request, rec, body, rid, due, n_prompt, pieces, finish, chat)
         finally:
@@ -464,7 +489,27 @@ class Simulator:
         chat: bool,
     ) -> web.StreamResponse:
         resp = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream; charset=utf-8"})
-        await resp.prepare(request)
+        try:
+            await resp.prepare(request)
+            await self._stream(request, resp, rec, body, rid, due, n_prompt, pieces, finish, chat)
+        except ConnectionResetError:  # the client went away mid-stream: counted, not a server error
+            self.disconnects += 1
+            rec.end = None
+        return resp
+
+    async def _stream(
+        self,
+        request: web.Request,
+        resp: web.StreamResponse,
+        rec: _ReqRecord,
+        body: dict[str, Any],
+        rid: str,
+        due: list[float],
+        n_prompt: int,
+        pieces: list[dict[str, Any]],
+        finish: str,
+        chat: bool,
+    ) -> None:
         created = int(time.time())
         model = self.config.model
         obj = "chat.completion.chunk" if chat else "text_completion"
@@ -478,7 +523,10 @@ class Simulator:
         write = resp.write
         perf = time.perf_counter
         sleep = asyncio.sleep
+        profile = self.config.profile
         for k in range(n):
+            if profile is not None and k:
+                due[k] = due[k - 1] + 1.0 / profile.decode_rate(self.in_engine)
             delay = due[k] - perf()
             if delay > 0:
                 await sleep(delay)
@@ -506,7 +554,7 @@ class Simulator:
                 if kind == "stall":
                     await write(("data: " + head + role + "]}\n\n").encode())
                     await self._stall(request)
-                    return resp
+                    return
             t = perf()
             await write(data.encode())
             rec.emits.append(t)
@@ -514,7 +562,7 @@ class Simulator:
         if kind == "truncate":
             if request.transport is not None:
                 request.transport.close()
-            return resp
+            return
         tail = ""
         if kind == "error_event":
             err = {
@@ -530,7 +578,28 @@ class Simulator:
         if kind is None:
             self._count_success(rec, n_prompt, n)
         await resp.write_eof()
-        return resp
+
+    async def _queued_prefill(self, arrive: float, n_prompt: int) -> float:
+        """The profile's prefill queue, on a virtual clock (no drift under load): this prefill starts when
+        the one admitted before it ends, or at arrival; the first token follows it by `ttft_fixed`."""
+        profile = self.config.profile
+        assert profile is not None
+        seconds = profile.prefill_seconds(n_prompt, self.config.time_scale)
+        start = max(arrive, self._prefill_free_at)
+        self._prefill_free_at = done = start + seconds
+        if start > time.perf_counter():
+            self.waiting += 1
+            try:
+                await self._sleep_until(start)
+            finally:
+                self.waiting -= 1
+        self._prefill = (start, seconds, n_prompt)
+        try:
+            await self._sleep_until(done)
+        finally:
+            if self._prefill is not None and self._prefill[0] == start:
+                self._prefill = None
+        return done + profile.ttft_fixed
 
     async def _serial_prefill(self, n_prompt: int, first_due: float) -> float:
         self.waiting += 1
