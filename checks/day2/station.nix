@@ -25,6 +25,8 @@ in
       # The station's own key: the serving unit, the gateway, the probe, the watchdog and golive read it.
       # In the persistent, root-only secrets directory (docs/secrets.md): it outlives a reboot.
       apiKeyFile = "/var/lib/vllm-station-secrets/vllm-api-key";
+      # Not the example's 8899: the system tier's cpu-station may run beside this one on the host's network.
+      port = lib.mkForce 8898;
     };
 
     download = {

@@ -288,7 +288,8 @@ def test_a_named_model_is_probed_not_the_first_listed() -> None:
 def test_reached_and_the_reason_when_nothing_serves() -> None:
     empty = Reply(json={"object": "list", "data": []})
     with FaultServer(serving() | {("GET", "/v1/models"): empty}) as srv:
-        out = wait(Options(base_url=srv.url, timeout_s=0.5, interval_s=0.1))
+        # long enough for the first answer to arrive on a loaded machine (the empty list keeps it waiting)
+        out = wait(Options(base_url=srv.url, timeout_s=2.0, interval_s=0.1))
     assert (out.ready, out.reached, out.gave_up, out.exited) == (False, True, False, False)
     assert out.reason == f"GET /v1/models at {srv.url}/v1/models lists no model yet"
     nobody = wait(Options(base_url="http://127.0.0.1:9", timeout_s=0.3, interval_s=0.1))
