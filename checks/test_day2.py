@@ -267,17 +267,12 @@ def test_step2_reboot_everything_active_again_secrets_present(cal: Calendar) -> 
                golive_ran_again_at_boot=_golive_runs(st) > 0, secrets_kept=secrets_kept)  # fmt: skip
 
 
-def _gateway(key: str, ca: Path) -> httpx.Client:
-    """A client of the station's gateway (TLS with the test CA) with a client key."""
-    return httpx.Client(base_url=GATEWAY, verify=ssl.create_default_context(cafile=str(ca)),
+def _client(key: str, gateway_ca: Path | None = None, read_s: float = 120) -> httpx.Client:
+    """A client with `key`: of the engine directly, or (with the gateway's test CA) of the gateway."""
+    return httpx.Client(base_url=GATEWAY if gateway_ca else BASE,
+                        verify=ssl.create_default_context(cafile=str(gateway_ca)) if gateway_ca else True,
                         headers={"Authorization": f"Bearer {key}"}, trust_env=False,
-                        timeout=httpx.Timeout(120, connect=5))  # fmt: skip
-
-
-def _gateway_status(key: str, ca: Path) -> int:
-    body = {"model": SERVED, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1}
-    with _gateway(key, ca) as client:
-        return client.post("/v1/chat/completions", json=body).status_code
+                        timeout=httpx.Timeout(read_s, connect=5))  # fmt: skip
 
 
 def test_step3_client_key_rotation_with_a_stream_in_flight(cal: Calendar) -> None:
@@ -289,8 +284,8 @@ def test_step3_client_key_rotation_with_a_stream_in_flight(cal: Calendar) -> Non
     _assert_serving(st)
     st.wait_for("nginx active", lambda: _state(st, NGINX)["ActiveState"] == "active", 60)
     nginx_before = _state(st, NGINX)
-    assert _gateway_status(ALICE_KEY, cal.ca) == 200
-    assert _gateway_status(ALICE_ROTATED, cal.ca) == 401
+    assert _status(ALICE_KEY, cal.ca) == 200
+    assert _status(ALICE_ROTATED, cal.ca) == 401
     stream = _Long()
     thread = threading.Thread(target=_long_request, args=(ALICE_KEY, stream, 1024, cal.ca), daemon=True)
     thread.start()
@@ -299,12 +294,12 @@ def test_step3_client_key_rotation_with_a_stream_in_flight(cal: Calendar) -> Non
     m.write(ALICE_PATH, ALICE_ROTATED + "\n", mode=0o600)
     m.systemctl("restart", KEYS_UNIT, timeout=120)
     # the reload is queued behind the keys unit's start (`--no-block`): the new key works once it is done
-    st.wait_for("the rotated key accepted", lambda: _gateway_status(ALICE_ROTATED, cal.ca) == 200, 60)
+    st.wait_for("the rotated key accepted", lambda: _status(ALICE_ROTATED, cal.ca) == 200, 60)
     rotated_s = time.monotonic() - t0
     thread.join(timeout=900)
     assert (stream.error, stream.finish, stream.completion_tokens) == (None, "length", 1024), stream
     assert stream.began.is_set() and stream.tokens > 0
-    assert _gateway_status(ALICE_KEY, cal.ca) == 401, "the old key is still accepted after the rotation"
+    assert _status(ALICE_KEY, cal.ca) == 401, "the old key is still accepted after the rotation"
     nginx_after = _state(st, NGINX)
     assert (nginx_after["MainPID"], nginx_after["InvocationID"], nginx_after["NRestarts"]) == (
         nginx_before["MainPID"], nginx_before["InvocationID"], nginx_before["NRestarts"]), "nginx restarted"
@@ -317,8 +312,8 @@ def test_step3_client_key_rotation_with_a_stream_in_flight(cal: Calendar) -> Non
     keys = _state(st, KEYS_UNIT)
     assert keys["ActiveState"] == "failed", keys
     assert "alice" in m.journal(KEYS_UNIT).split("Stopped")[-1], m.journal(KEYS_UNIT)[-2000:]
-    assert _gateway_status(ALICE_ROTATED, cal.ca) == 200, "the gateway lost its keys on a bad key file"
-    assert _gateway_status(ALICE_KEY, cal.ca) == 401
+    assert _status(ALICE_ROTATED, cal.ca) == 200, "the gateway lost its keys on a bad key file"
+    assert _status(ALICE_KEY, cal.ca) == 401
     assert _state(st, NGINX)["MainPID"] == nginx_before["MainPID"]
     # put the good file back (the next steps use the gateway as it was)
     m.write(ALICE_PATH, ALICE_ROTATED + "\n", mode=0o600)
@@ -329,12 +324,11 @@ def test_step3_client_key_rotation_with_a_stream_in_flight(cal: Calendar) -> Non
                bad_key_file="keys unit failed; nginx kept serving", bad_key_file_s=round(time.monotonic() - t1, 1))  # fmt: skip
 
 
-def _status(key: str) -> int:
-    """The engine's answer to one small chat completion with `key`."""
+def _status(key: str, gateway_ca: Path | None = None) -> int:
+    """The answer to one small chat completion with `key`: the engine's, or the gateway's."""
     body = {"model": SERVED, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1}
-    with httpx.Client(timeout=httpx.Timeout(120, connect=5)) as client:
-        r = client.post(f"{BASE}/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"})
-        return r.status_code
+    with _client(key, gateway_ca) as client:
+        return client.post("/v1/chat/completions", json=body).status_code
 
 
 def _probe_file(m: Any) -> dict[str, float]:
@@ -382,7 +376,7 @@ def test_step4_station_key_rotation(cal: Calendar) -> None:
     # own), so the restart wrote the new upstream key and reloaded nginx; a client key still gets answers
     assert _state(st, KEYS_UNIT)["ActiveState"] == "active"
     st.wait_for("an answer through the gateway with the new station key",
-                lambda: _gateway_status(ALICE_ROTATED, cal.ca) == 200, 60)  # fmt: skip
+                lambda: _status(ALICE_ROTATED, cal.ca) == 200, 60)  # fmt: skip
     cal.report("4 station key rotation", t0, time.monotonic(), restart_s=round(restart_s, 1),
                old_key_status=401, watchdog_restarts=0, gateway_follows=True)  # fmt: skip
 
@@ -543,9 +537,8 @@ def _long_request(key: str, out: _Long, max_tokens: int, gateway_ca: Path | None
             "stream_options": {"include_usage": True}}  # fmt: skip
     try:
         with (
-            (_gateway(key, gateway_ca) if gateway_ca else httpx.Client(timeout=httpx.Timeout(900, connect=5))) as client,
-            client.stream("POST", f"{GATEWAY if gateway_ca else BASE}/v1/chat/completions", json=body,
-                          headers={"Authorization": f"Bearer {key}"}) as r,  # fmt: skip
+            _client(key, gateway_ca, read_s=900) as client,
+            client.stream("POST", "/v1/chat/completions", json=body) as r,
         ):
             if r.status_code != 200:
                 out.error = f"HTTP {r.status_code}"
