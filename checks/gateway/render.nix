@@ -19,16 +19,12 @@ let
   p = builtins.fromJSON ports;
 
   testOnly =
-    { lib, pkgs, ... }:
+    { lib, ... }:
     {
-      services.nginx = {
-        # nginx.conf as text: without building it (gixy and the formatter are not here) …
-        validateConfigFile = false;
-        # … and reachable from the evaluation (environment.etc."nginx/nginx.conf"); the text is the same.
-        enableReload = true;
-        # The nginx here is Debian's 1.22: render what nixpkgs renders for that version (`listen … http2`).
-        package = pkgs.nginxStable.overrideAttrs { version = "1.22.1"; };
-      };
+      # Debian's nginx 1.22 runs it (../nixos/debian-nginx.nix), its nginx.conf reachable from the
+      # evaluation (environment.etc."nginx/nginx.conf"); the text is the same.
+      imports = [ ../nixos/debian-nginx.nix ];
+      services.nginx.enableReload = true;
       services.vllm-station.gateway = {
         # On a loopback port of the test machine.
         host = "127.0.0.1";

@@ -42,7 +42,7 @@ let
 
   # ---- test-only definitions: the only differences from the example, each with its reason ----
   testOnly =
-    { lib, pkgs, ... }:
+    { lib, ... }:
     {
       services.vllm-station.serve = {
         # The CDI device (`--device nvidia.com/gpu=all`) needs a GPU and NVIDIA's container toolkit.
@@ -50,15 +50,11 @@ let
         # The test image (station simulate behind `vllm serve`'s arguments), by digest, in the local registry.
         image = lib.mkForce image;
       };
-      services.nginx = lib.mkIf gateway {
-        # nginx.conf as text: without building it (gixy and the formatter are not here); the text is the
-        # same. nixpkgs renders for nginx's version: Debian's is 1.22 (`listen … http2`).
-        validateConfigFile = false;
-        package = pkgs.nginxStable.overrideAttrs { version = "1.22.1"; };
-      };
     };
+  # With `gateway`: what nixpkgs renders for the nginx the machine runs (Debian's).
+  nginxStandIn = lib.optional gateway ../nixos/debian-nginx.nix;
   # Read from a first evaluation, so the second can rewrite single values without recursion.
-  first = (evalExample [ file testOnly ] system).config;
+  first = (evalExample ([ file testOnly ] ++ nginxStandIn) system).config;
   environmentOnly = lib.mkMerge [
     # This sandbox has no CAP_SYS_RESOURCE: memlock cannot be raised above its hard limit (`memlock`),
     # so the unit and its container get that limit instead of "unlimited".
@@ -99,7 +95,7 @@ let
       }) first.services.vllm-station.download.models;
     })
   ];
-  config = (evalExample [ file testOnly { config = environmentOnly; } ] system).config;
+  config = (evalExample ([ file testOnly { config = environmentOnly; } ] ++ nginxStandIn) system).config;
 
   ours = name: lib.hasPrefix "vllm-station" name;
   # The gateway's unit (its API keys, for nixpkgs' nginx) is left out: this tier runs the serving units
