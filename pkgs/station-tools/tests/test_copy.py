@@ -142,10 +142,13 @@ def run_copy(url: str, target: Path, *extra: str, revision: str = COMMIT) -> sub
 
 
 def tree(directory: Path) -> dict[str, int]:
-    """Every file under directory (rsync's temp and partial files included) but the stamp: path -> size."""
+    """Every file under directory (rsync's temp and partial files included) but the stamp and the copy's own
+    scratch directory (`.station-copy-*`: A's stamp fetched alone, never part of DIR's checkpoint, as
+    copy's own listing skips it): path -> size."""
     out: dict[str, int] = {}
     # os.walk, not rglob: rsync renames files and removes its partial directory while this runs
-    for root, _dirs, files in os.walk(directory, onerror=lambda _err: None):
+    for root, dirs, files in os.walk(directory, onerror=lambda _err: None):
+        dirs[:] = [d for d in dirs if not d.startswith(".station-copy-")]
         for name in files:
             p = Path(root) / name
             try:
