@@ -24,12 +24,13 @@ from typing import Any
 
 import pytest
 from nixenv import REPO, eval_json, require_nix, require_tree
-from vllm_station import drainflag, golive
+from vllm_station import drainflag
 from vllm_station.checkpoint import STAMP_NAME
 from vllm_station.checkpoint.revisions import revision_dir
 from vllm_station.cli import build_parser as golive_parser_of
+from vllm_station.commands.golive import cli as golive
+from vllm_station.commands.preflight.core import PreflightConfig
 from vllm_station.errors import UsageError
-from vllm_station.preflight.core import PreflightConfig
 
 pytestmark = pytest.mark.nix_nixos
 EXAMPLES = ["flash-station", "cpu-station", "station-a", "station-b"]

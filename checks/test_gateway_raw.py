@@ -307,7 +307,7 @@ def test_a_5_mib_prompt_stays_in_memory(env: Env) -> None:
 @pytest.fixture(scope="module")
 def needle_gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Gateway, dict[str, Path]]]:
     """The same rendered gateway in front of `station simulate --gates reference` (it answers needles)."""
-    from vllm_station.bench.sim.process import SimProcess
+    from vllm_station.sim.process import SimProcess
 
     with setup(tmp_path_factory, "gateway-needle") as s:
         (s.work / "station-key").write_text(s.upstream_key + "\n")

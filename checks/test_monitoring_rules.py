@@ -36,7 +36,8 @@ from monitoring.rendered import (
 )
 from nixenv import REPO, exposure, require_tree
 from test_nix_flake import _flake_eval
-from vllm_station import cli, textfile, watchdog
+from vllm_station import cli, textfile
+from vllm_station.commands import watchdog
 
 pytestmark = pytest.mark.nix_nixos
 NEED_DEBIAN = "apt-get install -y prometheus prometheus-node-exporter (scripts/check installs them)"

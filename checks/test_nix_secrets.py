@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 from nixenv import CACHE, REPO, eval_json, exposure, require_nix, require_tree, run_nix
-from vllm_station import secrets
+from vllm_station.commands import secrets
 
 pytestmark = pytest.mark.nix_nixos
 

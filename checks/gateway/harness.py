@@ -197,7 +197,7 @@ class Upstreams:
     def __init__(
         self, ports: Ports, args: dict[str, list[str]], api_key_file: Path | None
     ) -> None:
-        from vllm_station.bench.sim.process import SimProcess
+        from vllm_station.sim.process import SimProcess
 
         key = ["--api-key-file", str(api_key_file)] if api_key_file else []
         self.sims = {
@@ -241,7 +241,7 @@ class Upstreams:
         self.sims[name].proc = None
 
     def restart(self, name: str) -> None:
-        from vllm_station.bench.sim.process import SimProcess
+        from vllm_station.sim.process import SimProcess
 
         old = self.sims[name]
         if old.proc is not None:

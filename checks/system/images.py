@@ -139,7 +139,7 @@ class Registry:
 def _site_modules() -> list[Path]:
     """Top-level site-packages entries that `station simulate` imports (asked of the dev venv's python)."""
     code = (
-        "import sys, site, vllm_station.cli, vllm_station.bench.sim.cli, vllm_station.api.client\n"
+        "import sys, site, vllm_station.cli, vllm_station.sim.cli, vllm_station.api.client\n"
         "roots = [p for p in site.getsitepackages()]\n"
         "seen = set()\n"
         "for m in list(sys.modules.values()):\n"

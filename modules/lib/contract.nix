@@ -36,7 +36,7 @@ rec {
   # (modules/secrets.nix): a missing file fails that check with the option's name and the file's,
   # before systemd's `LoadCredential=` fails the unit itself with 243/CREDENTIALS.
   # The manifest is JSON, {"units": {"<unit>": [{"option", "path", "kind"}]}}; the Python side reads it
-  # in vllm_station.secrets (DEFAULT_MANIFEST, the same path, pinned by checks/test_nix_secrets.py).
+  # in vllm_station.commands.secrets (DEFAULT_MANIFEST, the same path, pinned by checks/test_nix_secrets.py).
   secretsManifest = "${etcDir}/secrets.json";
   secretsCheckUnit = consumer: "${unit}-secrets@${consumer}.service";
 

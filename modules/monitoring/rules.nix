@@ -12,7 +12,7 @@
 #   station_nccl_transport_verdict `station nccl-check` (a pair's head), same way
 #   up                             Prometheus' own, per scrape job (the staleness rules)
 #
-# The watchdog's verdict labels (`verdict="wedged"`, …) are vllm_station.watchdog.VERDICTS; a test
+# The watchdog's verdict labels (`verdict="wedged"`, …) are vllm_station.commands.watchdog.VERDICTS; a test
 # (checks/test_monitoring_rules.py) feeds every label this file selects through that list.
 let
   # vLLM's metric names: modules/monitoring/metrics.json, their one home (the dashboard and the

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from vllm_station.preflight.core import PreflightConfig
+from vllm_station.commands.preflight.core import PreflightConfig
 
 # serve.nix + the glm53-flash preset (what /etc/vllm-station/preflight.json holds on a station)
 FLASH: dict[str, Any] = {

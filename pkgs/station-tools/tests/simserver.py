@@ -1,7 +1,7 @@
 """`station simulate`'s server in this process, on its own event-loop thread (tests only).
 
 `with SimServer(SimConfig(...)) as s: s.base_url, s.stats()`. For real timing (no shared GIL) use
-`vllm_station.bench.sim.process.SimProcess`.
+`vllm_station.sim.process.SimProcess`.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 
 from aiohttp import web
 
-from vllm_station.bench.sim.config import SimConfig
-from vllm_station.bench.sim.server import Simulator, serve
+from vllm_station.sim.config import SimConfig
+from vllm_station.sim.server import Simulator, serve
 
 
 class SimServer:

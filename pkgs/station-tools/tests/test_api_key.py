@@ -13,8 +13,8 @@ import pytest
 from simserver import SimServer
 
 from vllm_station.api import API_KEY_ENVS, ApiKeyError, load_api_key
-from vllm_station.bench.sim.config import SimConfig
 from vllm_station.cli import main
+from vllm_station.sim.config import SimConfig
 
 RIGHT = "sk-right-0123456789"
 WRONG = "sk-wrong-9876543210"

@@ -24,7 +24,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "vllm_station"
 # module (relative to the package) -> why it may make clients itself
 ALLOWED = {
     "api/transport.py": "the HTTP layer itself: it makes the httpx and aiohttp clients, with the limits",
-    "bench/wire.py": (
+    "commands/bench/wire.py": (
         "bench's measured requests: a raw asyncio protocol (one write per request, no coroutine per "
         "read); it takes its body cap and redirect rule from the layer"
     ),

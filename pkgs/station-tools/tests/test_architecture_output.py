@@ -31,7 +31,7 @@ ALLOWED: dict[str, str] = {
     "output.py": "the output layer itself",
     "redact.py": "the layer's stdout/stderr wrapper: what the terminal gets; /dev/null after a failed write",
     "cli.py": "points a closed or failed stdout (fd 1) at /dev/null, before any command opens a file",
-    "prestart.py": "writes the kernel knob /proc/sys/vm/drop_caches ('1'), not a report",
+    "commands/prestart.py": "writes the kernel knob /proc/sys/vm/drop_caches ('1'), not a report",
     "host/container.py": "hands the container runtime a file for `<runtime> logs` (its bytes, not station's)",
     "checkpoint/revisions.py": "`revisions adopt` renames a verified checkpoint's own entries into its"
     " revision directory (one file system): it moves files, writes no byte",

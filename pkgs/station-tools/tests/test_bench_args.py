@@ -20,9 +20,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vllm_station import argtypes
-from vllm_station.bench import cli as bench_cli
-from vllm_station.bench.modes import Count
 from vllm_station.cli import main
+from vllm_station.commands.bench import cli as bench_cli
+from vllm_station.commands.bench.modes import Count
 
 
 @pytest.fixture(scope="module")

@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 from simserver import SimServer
 
-from vllm_station.bench.sim.config import SimConfig
 from vllm_station.errors import EXIT_INTERRUPTED
+from vllm_station.sim.config import SimConfig
 
 STOP_WITHIN_S = 5.0
 

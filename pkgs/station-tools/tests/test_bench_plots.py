@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from vllm_station.bench import expect as expect_mod
-from vllm_station.bench.metrics import Dist, LevelReport, Span
-from vllm_station.bench.plots import throughput_figure, write_plots
-from vllm_station.bench.report import BenchReport
+from vllm_station.commands.bench import expect as expect_mod
+from vllm_station.commands.bench.metrics import Dist, LevelReport, Span
+from vllm_station.commands.bench.plots import throughput_figure, write_plots
+from vllm_station.commands.bench.report import BenchReport
 
 # (concurrency, aggregate tok/s, per-user tok/s, TTFT p50, TTFT p99): the shape of the seed's record
 FIGURES = [(1, 141.0, 145.9, 0.061, 0.07), (32, 1355.0, 57.0, 1.0, 1.9), (256, 2517.0, 16.4, 7.8, 15.5)]

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 import pytest
 from simserver import SimServer
 
-from vllm_station.bench.modes import Progress, eta_text
-from vllm_station.bench.sim.config import SimConfig
 from vllm_station.cli import main
+from vllm_station.commands.bench.modes import Progress, eta_text
+from vllm_station.sim.config import SimConfig
 
 
 @pytest.fixture(scope="module")

@@ -26,10 +26,10 @@ import pytest
 from faultserver import Answer, FaultServer, Request, SseReply, chat_chunks, fake_openai_routes
 from simserver import SimServer
 
-from vllm_station.bench import dataset
-from vllm_station.bench.sim.config import GENERATION_OVERHEAD, MESSAGE_OVERHEAD, SimConfig
 from vllm_station.cli import main
+from vllm_station.commands.bench import dataset
 from vllm_station.errors import UsageError
+from vllm_station.sim.config import GENERATION_OVERHEAD, MESSAGE_OVERHEAD, SimConfig
 
 OPENAI = [{"role": "system", "content": "You review code."}, {"role": "user", "content": "alpha one"}]
 WRAPPED = {"messages": [{"role": "user", "content": "bravo two three"}], "temperature": 0.7}

@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
-from vllm_station.bench.sim.process import SimProcess
 from vllm_station.cli import main
+from vllm_station.sim.process import SimProcess
 
 GOLDEN_KEYS = Path(__file__).parent / "data" / "bench-report-keys.txt"
 TTFT, ITL = 0.05, 0.01

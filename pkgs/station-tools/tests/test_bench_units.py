@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from vllm_station.bench import expect
-from vllm_station.bench.metrics import Dist, percentile, summarise_level
-from vllm_station.bench.parse import RequestResult, parse
-from vllm_station.bench.scrape import parse_prometheus
-from vllm_station.bench.wire import RawResult
+from vllm_station.commands.bench import expect
+from vllm_station.commands.bench.metrics import Dist, percentile, summarise_level
+from vllm_station.commands.bench.parse import RequestResult, parse
+from vllm_station.commands.bench.scrape import parse_prometheus
+from vllm_station.commands.bench.wire import RawResult
 from vllm_station.errors import UsageError
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from vllm_station.bench.wire import RawResult, WireClient, _Conn
+from vllm_station.commands.bench.wire import RawResult, WireClient, _Conn
 
 SSE = b"data: one\n\n", b"data: two\n\n", b"data: [DONE]\n\n"
 CHUNKED = (

@@ -196,4 +196,4 @@ def test_the_scan_sees_an_import_of_cli() -> None:
         "def f():\n    from vllm_station.cli import command_main\n",
     ):
         assert _imports_cli(ast.parse(text)), text
-    assert not _imports_cli(ast.parse("from vllm_station.preflight.cli import run"))
+    assert not _imports_cli(ast.parse("from vllm_station.commands.preflight.cli import run"))

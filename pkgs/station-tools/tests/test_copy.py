@@ -468,7 +468,7 @@ def test_missing_revision_and_foreign_dir(tmp_path: Path) -> None:
 
 def test_interrupt_handler_keeps_the_process_alive_until_rsync_exits() -> None:
     """The signal handler only forwards SIGTERM to rsync's group while it runs (no exception mid-read)."""
-    from vllm_station.copy import _Stop
+    from vllm_station.commands.copy import _Stop
 
     stop = _Stop()
     child = subprocess.Popen(["sleep", "30"], process_group=0)

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 from hubserver import make_checkpoint
 
-from vllm_station import cli, gate
+from vllm_station import cli
 from vllm_station.checkpoint.hashes import HashRecord, RecordedFile, write_hash_record
 from vllm_station.checkpoint.stamp import STAMP_NAME, read_stamp
+from vllm_station.commands import gate
 
 REV = "0123456789abcdef0123456789abcdef01234567"
 OTHER = "fedcba9876543210fedcba9876543210fedcba98"

@@ -11,13 +11,13 @@ import pytest
 from simserver import SimServer
 
 from vllm_station.api import ApiClient
-from vllm_station.bench.sim.config import SimConfig
 from vllm_station.cli import main
+from vllm_station.commands.gates import classes as C
+from vllm_station.commands.gates.agent import AgentTask, load_agent_tasks, pass_hat, run_battery
+from vllm_station.commands.gates.common import Sampling
+from vllm_station.commands.gates.env import Environment
 from vllm_station.errors import UsageError
-from vllm_station.gates import classes as C
-from vllm_station.gates.agent import AgentTask, load_agent_tasks, pass_hat, run_battery
-from vllm_station.gates.common import Sampling
-from vllm_station.gates.env import Environment
+from vllm_station.sim.config import SimConfig
 
 TASKS = load_agent_tasks()
 
@@ -99,7 +99,8 @@ def test_pass_hat() -> None:
 
 
 def test_task_file_validation(tmp_path: Path) -> None:
-    src = json.loads((Path(__file__).parents[1] / "src/vllm_station/gates/data/agent/files.json").read_text())
+    data = Path(__file__).parents[1] / "src/vllm_station/commands/gates/data"
+    src = json.loads((data / "agent/files.json").read_text())
     task = dict(src["tasks"][0], id="mine", instruction="Delete tmp/old.log please.")
     task["reference"] = [[{"name": "delete_file", "arguments": {"path": "tmp/nope"}}]]
     path = tmp_path / "mine.json"

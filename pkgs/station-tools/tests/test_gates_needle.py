@@ -10,12 +10,10 @@ import pytest
 from simserver import SimServer
 
 from vllm_station.api import ApiClient
-from vllm_station.bench.sim.config import SimConfig
 from vllm_station.cli import main
-from vllm_station.errors import UsageError
-from vllm_station.gates import classes as C
-from vllm_station.gates.common import Sampling
-from vllm_station.gates.needle import (
+from vllm_station.commands.gates import classes as C
+from vllm_station.commands.gates.common import Sampling
+from vllm_station.commands.gates.needle import (
     QUESTION,
     Needle,
     NeedleResult,
@@ -27,6 +25,8 @@ from vllm_station.gates.needle import (
     plan,
     run_battery,
 )
+from vllm_station.errors import UsageError
+from vllm_station.sim.config import SimConfig
 
 MML = 20_000
 

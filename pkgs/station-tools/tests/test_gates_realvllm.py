@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 
 from vllm_station.api import ApiClient
-from vllm_station.gates import agent, needle, tools
-from vllm_station.gates import classes as C
-from vllm_station.gates.agent import load_agent_tasks
-from vllm_station.gates.cases import load_tool_cases
-from vllm_station.gates.common import Sampling
+from vllm_station.commands.gates import agent, needle, tools
+from vllm_station.commands.gates import classes as C
+from vllm_station.commands.gates.agent import load_agent_tasks
+from vllm_station.commands.gates.cases import load_tool_cases
+from vllm_station.commands.gates.common import Sampling
 
 pytestmark = pytest.mark.realvllm
 

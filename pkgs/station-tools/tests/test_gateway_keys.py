@@ -28,8 +28,8 @@ from pathlib import Path
 
 import pytest
 
-from vllm_station import gateway
 from vllm_station.cli import main
+from vllm_station.commands import gateway
 from vllm_station.errors import StationError
 
 ALICE = "sk-alice.0123456789+abc/DEF=="  # every character class a key may use

@@ -11,8 +11,8 @@ import golive_config
 import pytest
 
 from vllm_station.cli import main
+from vllm_station.commands.golive.cli import GoliveConfig
 from vllm_station.errors import UsageError
-from vllm_station.golive import GoliveConfig
 
 CLOSED = "http://127.0.0.1:9"  # nothing listens: a run that got past the config would be exit 3
 

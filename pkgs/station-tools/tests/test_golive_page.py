@@ -9,7 +9,7 @@ import re
 from html.parser import HTMLParser
 from typing import Any
 
-from vllm_station.gates.page import _agent_section, _bench_section, to_html
+from vllm_station.commands.golive.page import _agent_section, _bench_section, to_html
 
 
 def test_failed_requests_and_rounded_figures() -> None:

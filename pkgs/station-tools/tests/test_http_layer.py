@@ -22,8 +22,8 @@ import pytest
 
 from vllm_station.api import ApiClient, ApiTimeout, HttpStatusError, ProtocolError
 from vllm_station.api.transport import AsyncHttp, Limits, RedirectRefused, SyncHttp, TooLarge
-from vllm_station.preflight.core import Context
-from vllm_station.preflight.pair import fetch_peer_stamp
+from vllm_station.commands.preflight.core import Context
+from vllm_station.commands.preflight.pair import fetch_peer_stamp
 
 TESTS = Path(__file__).resolve().parent
 NEVER_S = 20.0  # the hostile servers here never stop: a request still open after this is unbounded

@@ -23,14 +23,14 @@ from simserver import SimServer
 
 from vllm_station import argtypes, bounded
 from vllm_station.api import ApiClient
-from vllm_station.bench import expect
-from vllm_station.bench.metrics import summarise_level
-from vllm_station.bench.parse import RequestResult
-from vllm_station.bench.sim.config import SimConfig
 from vllm_station.cli import main
+from vllm_station.commands.bench import expect
+from vllm_station.commands.bench.metrics import summarise_level
+from vllm_station.commands.bench.parse import RequestResult
+from vllm_station.commands.gates.common import MAX_CONTEXT, max_model_len
 from vllm_station.errors import UsageError
-from vllm_station.gates.common import MAX_CONTEXT, max_model_len
 from vllm_station.host.container import resolve_runtime
+from vllm_station.sim.config import SimConfig
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 AS_LIMIT = 2 * 1024**3  # 2 GiB of address space: the CLI needs far less; /dev/zero read whole needs more

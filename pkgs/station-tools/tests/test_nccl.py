@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from vllm_station import nccl
 from vllm_station.cli import main
-from vllm_station.nccl import Status, Transport, classify
+from vllm_station.commands import nccl
+from vllm_station.commands.nccl import Status, Transport, classify
 
 DATA = Path(__file__).parent / "data" / "nccl"
 STATION = [sys.executable, "-m", "vllm_station"]

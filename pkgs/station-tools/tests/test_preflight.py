@@ -29,11 +29,18 @@ from sysfs_fixtures import (
 )
 
 from vllm_station.cli import main
+from vllm_station.commands.preflight import core
+from vllm_station.commands.preflight.checks import assess_gpus
+from vllm_station.commands.preflight.core import (
+    CheckResult,
+    Context,
+    PreflightConfig,
+    Status,
+    check,
+    run_checks,
+)
 from vllm_station.errors import UsageError
 from vllm_station.host.nvml import GpuInfo, GpuProcess, NvmlReport
-from vllm_station.preflight import core
-from vllm_station.preflight.checks import assess_gpus
-from vllm_station.preflight.core import CheckResult, Context, PreflightConfig, Status, check, run_checks
 
 GiB = 1024**3
 REV = "0123456789abcdef0123456789abcdef01234567"
@@ -154,8 +161,10 @@ def test_bad_config_is_usage_error(
 def test_missing_check_module_is_an_error() -> None:
     from vllm_station.errors import StationError
 
-    with pytest.raises(StationError, match=r"vllm_station\.preflight\.nonexistent cannot be imported"):
-        core.load_checks(("vllm_station.preflight.checks", "vllm_station.preflight.nonexistent"))
+    with pytest.raises(StationError, match=r"vllm_station\.commands\.preflight\.nonexistent cannot be imp"):
+        core.load_checks(
+            ("vllm_station.commands.preflight.checks", "vllm_station.commands.preflight.nonexistent")
+        )
 
 
 def test_missing_config_file_is_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

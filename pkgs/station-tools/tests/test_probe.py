@@ -15,10 +15,11 @@ import pytest
 from conftest import VllmServer, free_port
 from simserver import SimServer
 
-from vllm_station import cli, probe, textfile
+from vllm_station import cli, textfile
 from vllm_station.api import ApiClient
-from vllm_station.bench.sim.config import SimConfig
+from vllm_station.commands import probe
 from vllm_station.errors import EXIT_FAIL, EXIT_OK, EXIT_UNREACHABLE
+from vllm_station.sim.config import SimConfig
 
 TTFT, ITL = 0.05, 0.01  # the simulator's schedule: 100 tok/s for one user
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from vllm_station import cli, secrets
+from vllm_station import cli
+from vllm_station.commands import secrets
 
 KEY = "sk-secrets-test-0123456789abcdef"
 

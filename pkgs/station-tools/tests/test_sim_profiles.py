@@ -16,12 +16,12 @@ import httpx
 import pytest
 from simserver import SimServer
 
-from vllm_station.bench.sim import cli as sim_cli
-from vllm_station.bench.sim.config import SimConfig
-from vllm_station.bench.sim.process import SimProcess
-from vllm_station.bench.sim.profiles import PROFILES, burst
 from vllm_station.cli import main
 from vllm_station.errors import UsageError
+from vllm_station.sim import cli as sim_cli
+from vllm_station.sim.config import SimConfig
+from vllm_station.sim.process import SimProcess
+from vllm_station.sim.profiles import PROFILES, burst
 
 GB300 = PROFILES["gb300-flash-1m"]
 PAIR = PROFILES["tp2-pair"]

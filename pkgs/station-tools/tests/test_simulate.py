@@ -14,8 +14,8 @@ import httpx
 import pytest
 from simserver import SimServer
 
-from vllm_station.bench.sim.config import GENERATION_OVERHEAD, MESSAGE_OVERHEAD, SimConfig
-from vllm_station.bench.sim.process import SimProcess
+from vllm_station.sim.config import GENERATION_OVERHEAD, MESSAGE_OVERHEAD, SimConfig
+from vllm_station.sim.process import SimProcess
 
 
 def _events(text: str) -> list[str]:

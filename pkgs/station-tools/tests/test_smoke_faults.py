@@ -32,7 +32,7 @@ from faultserver import (
 )
 
 from vllm_station.cli import main
-from vllm_station.smoke import CHECKS
+from vllm_station.commands.smoke import CHECKS
 
 SECRET = "sk-SENTINEL-4b1d-do-not-print"
 CHAT = ("POST", "/v1/chat/completions")

@@ -18,7 +18,7 @@ from conftest import VllmServer
 from faultserver import free_port
 
 from vllm_station.cli import main
-from vllm_station.smoke import CHECKS
+from vllm_station.commands.smoke import CHECKS
 
 pytestmark = pytest.mark.realvllm
 

@@ -11,11 +11,18 @@ from dataclasses import astuple
 
 import pytest
 
-from vllm_station.bench import expect
-from vllm_station.bench.expect import ExpectResult
-from vllm_station.bench.metrics import Dist, LevelReport, Span, percentile, summarise_level, summarise_repeat
-from vllm_station.bench.parse import RequestResult, parse
-from vllm_station.bench.wire import RawResult
+from vllm_station.commands.bench import expect
+from vllm_station.commands.bench.expect import ExpectResult
+from vllm_station.commands.bench.metrics import (
+    Dist,
+    LevelReport,
+    Span,
+    percentile,
+    summarise_level,
+    summarise_repeat,
+)
+from vllm_station.commands.bench.parse import RequestResult, parse
+from vllm_station.commands.bench.wire import RawResult
 from vllm_station.errors import UsageError
 
 

@@ -208,4 +208,5 @@ def test_numa_exec_without_a_command_shows_how_to_give_one() -> None:
 def test_numa_exec_debug_line_names_the_policy_and_the_command() -> None:
     r = _numa_exec("--debug", "numa-exec", "--membind", "0", "--", "true")
     assert r.returncode == 0, r.stderr
-    assert "DEBUG vllm_station.numa_exec: memory policy bind:0, exec ['true']" in r.stderr.splitlines()
+    line = "DEBUG vllm_station.commands.numa_exec: memory policy bind:0, exec ['true']"
+    assert line in r.stderr.splitlines()

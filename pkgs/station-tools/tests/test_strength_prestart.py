@@ -18,8 +18,8 @@ from sysfs_fixtures import add_container, gb300_root, one_node_root, set_file_pa
 
 from vllm_station import textfile
 from vllm_station.cli import main
+from vllm_station.commands.prestart import configure, log_path, options_from_args, prune_logs, utc_stamp
 from vllm_station.errors import UsageError
-from vllm_station.prestart import configure, log_path, options_from_args, prune_logs, utc_stamp
 
 GiB = 1024**3
 KiB = 1024

@@ -38,7 +38,7 @@ from vllm_station.api.errors import (
 )
 from vllm_station.api.models import ToolCall
 from vllm_station.cli import main
-from vllm_station.smoke import (
+from vllm_station.commands.smoke import (
     CHECKS,
     CheckResult,
     SmokeReport,
@@ -242,7 +242,7 @@ def test_debug_log_of_the_tool_call_answer(
     srv.route("POST", "/v1/chat/completions",
               lambda req: Reply(json=answer) if req.json().get("tools") and not req.json().get("stream")
               else normal(req))  # fmt: skip
-    caplog.set_level(logging.DEBUG, logger="vllm_station.smoke")
+    caplog.set_level(logging.DEBUG, logger="vllm_station.commands.smoke")
     smoke(capsys, srv.url)
     logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("tool_call answer: ")]
     assert logged == ["tool_call answer: " + json.dumps(answer)[:399] + "…"]

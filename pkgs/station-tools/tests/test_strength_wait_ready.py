@@ -20,8 +20,8 @@ import pytest
 from faultserver import FaultServer, Reply, Request, fake_openai_routes
 
 from vllm_station.cli import main
+from vllm_station.commands.wait_ready import Options, Outcome, _alive, _watch_pid, configure, wait
 from vllm_station.errors import UsageError
-from vllm_station.wait_ready import Options, Outcome, _alive, _watch_pid, configure, wait
 
 COMPLETION = {
     "id": "cmpl-1", "object": "text_completion", "created": 0, "model": "fake",

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from simserver import SimServer
 
-from vllm_station.bench.sim.config import SimConfig
+from vllm_station.sim.config import SimConfig
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
 

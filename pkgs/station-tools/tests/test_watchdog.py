@@ -23,14 +23,24 @@ from conftest import VllmServer, free_port
 from faultserver import FaultServer, RawReply, Reply, Request
 from simserver import SimServer
 
-from vllm_station import cli, textfile, watchdog
+from vllm_station import cli, textfile
 from vllm_station.api import ApiTimeout, ApiUnreachable, ProtocolError
 from vllm_station.api.args import endpoint_from_args
 from vllm_station.api.errors import HttpStatusError
-from vllm_station.bench.sim.config import SimConfig
-from vllm_station.bench.sim.process import SimProcess
+from vllm_station.commands import watchdog
+from vllm_station.commands.watchdog import (
+    Look,
+    Options,
+    UnitState,
+    Verdict,
+    Watchdog,
+    classify,
+    judge,
+    run_loop,
+)
 from vllm_station.errors import UsageError
-from vllm_station.watchdog import Look, Options, UnitState, Verdict, Watchdog, classify, judge, run_loop
+from vllm_station.sim.config import SimConfig
+from vllm_station.sim.process import SimProcess
 
 FAST = {"interval_s": 0.5, "probe_timeout_s": 0.4, "wedge_verdicts": 3}
 

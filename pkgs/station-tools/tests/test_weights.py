@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from vllm_station import weights
 from vllm_station.checkpoint.stamp import STAMP_NAME
 from vllm_station.cli import main
-from vllm_station.weights import GiB, Status, checkpoint_size, scan
+from vllm_station.commands import weights
+from vllm_station.commands.weights import GiB, Status, checkpoint_size, scan
 
 DATA = Path(__file__).parent / "data" / "weights"
 STATION = [sys.executable, "-m", "vllm_station"]

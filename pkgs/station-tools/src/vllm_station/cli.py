@@ -44,33 +44,81 @@ log = logging.getLogger("vllm_station")
 
 # subcommand -> module (under vllm_station) and its one-line help.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "smoke": ("smoke", "go/no-go: model list, chat answer, get_weather tool call (plain and streamed)"),
-    "wait-ready": ("wait_ready", "block until /health is 200 and a 1-token completion succeeds"),
-    "prestart": ("prestart", "before every start: sync, drop page cache, check HBM FilePages, keep old logs"),
-    "preflight": ("preflight.cli", "know before you start: NUMA, page cache, GPU, checkpoint, disk, port"),
-    "numa-exec": ("numa_exec", "run a command with its memory bound to NUMA nodes (default node 0)"),
-    "download": ("download", "download a pinned model revision bound to NUMA node 0, then verify it"),
-    "verify": ("verify", "verify a checkpoint: config, index, shard headers, optional sha256; write a stamp"),
-    "revisions": ("revisions", "a model's revisions side by side: list, prune old ones, adopt a flat copy"),
-    "bench": ("bench.cli", "load test: concurrency sweep, burst, prefill; tables, JSON/CSV, PNG plots"),
+    "smoke": (
+        "commands.smoke",
+        "go/no-go: model list, chat answer, get_weather tool call (plain and streamed)",
+    ),
+    "wait-ready": ("commands.wait_ready", "block until /health is 200 and a 1-token completion succeeds"),
+    "prestart": (
+        "commands.prestart",
+        "before every start: sync, drop page cache, check HBM FilePages, keep old logs",
+    ),
+    "preflight": (
+        "commands.preflight.cli",
+        "know before you start: NUMA, page cache, GPU, checkpoint, disk, port",
+    ),
+    "numa-exec": ("commands.numa_exec", "run a command with its memory bound to NUMA nodes (default node 0)"),
+    "download": (
+        "commands.download",
+        "download a pinned model revision bound to NUMA node 0, then verify it",
+    ),
+    "verify": (
+        "commands.verify",
+        "verify a checkpoint: config, index, shard headers, optional sha256; write a stamp",
+    ),
+    "revisions": (
+        "commands.revisions",
+        "a model's revisions side by side: list, prune old ones, adopt a flat copy",
+    ),
+    "bench": (
+        "commands.bench.cli",
+        "load test: concurrency sweep, burst, prefill; tables, JSON/CSV, PNG plots",
+    ),
     "simulate": (
-        "bench.sim.cli",
+        "sim.cli",
         "an OpenAI-compatible server with a known timing schedule (bench ground truth)",
     ),
-    "nccl-check": ("nccl", "classify the NCCL transport (GPUDirect RDMA / IB / socket) from logs"),
-    "gate": ("gate", "start gates of the serving unit: a verified checkpoint stamp"),
-    "pair": ("pair.cli", "two-station ordering: wait for the worker, let the head stop first, the beacon"),
-    "exec": ("secret_env", "run a command with secrets from files in its environment (the unit's API key)"),
-    "weights-check": ("weights", "after a start: weight memory per rank (vLLM log) vs the expected share"),
-    "copy": ("copy", "pull a verified checkpoint from the other station (rsync, NUMA node 0), verify it"),
-    "probe": ("probe", "synthetic probe: 1-user tok/s, TTFT and one tool call, for Prometheus (textfile)"),
-    "watchdog": ("watchdog", "restart a wedged engine (health 200, no progress, probes fail) via systemd"),
-    "drain": ("drain", "out of the gateways' rotation: new requests get 503, running ones finish"),
-    "undrain": ("undrain", "put a drained station back into its gateways' rotation"),
-    "gateway": ("gateway", "the gateway's start step: API key files into the map nginx includes"),
-    "secrets": ("secrets", "before a unit loads its secret files: each in place? (names option and file)"),
-    "gates": ("gates.cli", "quality gates before go-live: tool-call battery, agent battery, needles"),
-    "golive": ("golive", "every gate in order (smoke, tools, agent, needle, bench): one JSON + HTML report"),
+    "nccl-check": ("commands.nccl", "classify the NCCL transport (GPUDirect RDMA / IB / socket) from logs"),
+    "gate": ("commands.gate", "start gates of the serving unit: a verified checkpoint stamp"),
+    "pair": (
+        "commands.pair.cli",
+        "two-station ordering: wait for the worker, let the head stop first, the beacon",
+    ),
+    "exec": (
+        "commands.secret_env",
+        "run a command with secrets from files in its environment (the unit's API key)",
+    ),
+    "weights-check": (
+        "commands.weights",
+        "after a start: weight memory per rank (vLLM log) vs the expected share",
+    ),
+    "copy": (
+        "commands.copy",
+        "pull a verified checkpoint from the other station (rsync, NUMA node 0), verify it",
+    ),
+    "probe": (
+        "commands.probe",
+        "synthetic probe: 1-user tok/s, TTFT and one tool call, for Prometheus (textfile)",
+    ),
+    "watchdog": (
+        "commands.watchdog",
+        "restart a wedged engine (health 200, no progress, probes fail) via systemd",
+    ),
+    "drain": ("commands.drain", "out of the gateways' rotation: new requests get 503, running ones finish"),
+    "undrain": ("commands.undrain", "put a drained station back into its gateways' rotation"),
+    "gateway": ("commands.gateway", "the gateway's start step: API key files into the map nginx includes"),
+    "secrets": (
+        "commands.secrets",
+        "before a unit loads its secret files: each in place? (names option and file)",
+    ),
+    "gates": (
+        "commands.gates.cli",
+        "quality gates before go-live: tool-call battery, agent battery, needles",
+    ),
+    "golive": (
+        "commands.golive.cli",
+        "every gate in order (smoke, tools, agent, needle, bench): one JSON + HTML report",
+    ),
 }
 
 

@@ -65,7 +65,7 @@ from vllm_station.checkpoint.verification import (
 from vllm_station.errors import CheckFailed, StationError, Unreachable, UsageError
 from vllm_station.report import dump_json
 
-log = logging.getLogger("vllm_station.download")
+log = logging.getLogger("vllm_station.commands.download")
 
 COMMIT_RE = re.compile(r"[0-9a-f]{40}")
 ALWAYS = (CONFIG_NAME, INDEX_NAME, QUANT_CONFIG_NAME)  # verify needs them whatever --include says

@@ -13,7 +13,7 @@ import logging
 
 from vllm_station import process
 
-log = logging.getLogger("vllm_station.numa_exec")
+log = logging.getLogger("vllm_station.commands.numa_exec")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -25,9 +25,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from vllm_station import argtypes, report, smoke, textfile
+from vllm_station import argtypes, report, textfile
 from vllm_station.api import ApiClient, ApiError, ChatChunk, collect_stream
 from vllm_station.api.args import add_endpoint_args, endpoint_from_args
+from vllm_station.commands import smoke
 from vllm_station.errors import EXIT_FAIL, EXIT_OK, EXIT_UNREACHABLE, UsageError
 
 SCHEMA_VERSION = 1

@@ -24,7 +24,7 @@ from vllm_station.checkpoint.verification import (
 from vllm_station.errors import EXIT_INTERRUPTED, CheckFailed
 from vllm_station.report import dump_json
 
-log = logging.getLogger("vllm_station.verify")
+log = logging.getLogger("vllm_station.commands.verify")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -60,7 +60,7 @@ from vllm_station.api.args import Endpoint, add_endpoint_args, endpoint_from_arg
 from vllm_station.api.client import load_api_key, tls_context
 from vllm_station.api.errors import HttpStatusError
 from vllm_station.api.transport import SyncHttp
-from vllm_station.bench.scrape import parse_prometheus
+from vllm_station.commands.bench.scrape import parse_prometheus
 from vllm_station.errors import EXIT_OK, StationError, UsageError
 from vllm_station.polling import check_seconds
 

@@ -12,12 +12,12 @@ from pathlib import Path
 
 from vllm_station import argtypes, output
 from vllm_station.api import load_api_key
-from vllm_station.bench.sim import profiles
-from vllm_station.bench.sim.config import ENGINE_MODES, FAIL_KINDS, SimConfig, parse_fail
-from vllm_station.bench.sim.server import serve
-from vllm_station.bench.sim.tools import MODES as GATES_MODES
-from vllm_station.bench.sim.tools import REFERENCE
 from vllm_station.errors import EXIT_INTERRUPTED, EXIT_OK, UsageError
+from vllm_station.sim import profiles
+from vllm_station.sim.config import ENGINE_MODES, FAIL_KINDS, SimConfig, parse_fail
+from vllm_station.sim.server import serve
+from vllm_station.sim.tools import MODES as GATES_MODES
+from vllm_station.sim.tools import REFERENCE
 
 FLAT = profiles.FLAT
 FLAT_MAX_MODEL_LEN = 131072 + 4096

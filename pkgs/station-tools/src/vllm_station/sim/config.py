@@ -27,8 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from vllm_station.bench.sim.profiles import Profile
 from vllm_station.errors import UsageError
+from vllm_station.sim.profiles import Profile
 
 MESSAGE_OVERHEAD = 4
 GENERATION_OVERHEAD = 3

@@ -25,7 +25,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
-from vllm_station.bench.sim.config import (
+from vllm_station.sim.config import (
     ENGINE_MODES,
     FAIL_KINDS,
     GENERATION_OVERHEAD,
@@ -33,7 +33,7 @@ from vllm_station.bench.sim.config import (
     SimConfig,
     count_tokens,
 )
-from vllm_station.bench.sim.tools import GatesModel
+from vllm_station.sim.tools import GatesModel
 
 _ROLE_CHOICE = '{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}'
 

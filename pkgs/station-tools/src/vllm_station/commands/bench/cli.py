@@ -26,9 +26,9 @@ from pathlib import Path
 
 from vllm_station import argtypes, output
 from vllm_station.api.args import add_endpoint_args, endpoint_from_args
-from vllm_station.bench import dataset, outputs
-from vllm_station.bench import expect as expect_mod
-from vllm_station.bench.modes import (
+from vllm_station.commands.bench import dataset, outputs
+from vllm_station.commands.bench import expect as expect_mod
+from vllm_station.commands.bench.modes import (
     DEFAULT_LEVELS,
     MAX_CONCURRENCY,
     MAX_COUNT,
@@ -43,11 +43,11 @@ from vllm_station.bench.modes import (
     execute,
     plan,
 )
-from vllm_station.bench.report import BenchReport, render_table, to_csv, to_json
+from vllm_station.commands.bench.report import BenchReport, render_table, to_csv, to_json
 from vllm_station.errors import EXIT_INTERRUPTED, StationError, Unreachable, UsageError
 from vllm_station.redact import redact
 
-log = logging.getLogger("vllm_station.bench")
+log = logging.getLogger("vllm_station.commands.bench")
 
 MODE_DEFAULTS = {  # warmup, requests, repeats, output_len
     "sweep": ("1x", "4x", 1, 256),
@@ -308,7 +308,7 @@ def write_outputs(args: argparse.Namespace, report: BenchReport) -> None:
     if args.csv_out:
         outputs.write_file(args.csv_out, redact(to_csv(report)), written, "--csv")
     if args.plots:
-        from vllm_station.bench.plots import write_plots
+        from vllm_station.commands.bench.plots import write_plots
 
         try:
             written.paths.extend(write_plots(report, args.plots))

@@ -28,7 +28,7 @@ from vllm_station.api.transport import (
     is_redirect,
     redirect_message,
 )
-from vllm_station.bench.wire import RawResult, WireClient
+from vllm_station.commands.bench.wire import RawResult, WireClient
 
 __all__ = ["BenchClient", "Fetched", "RawResult", "run_burst", "run_closed_loop"]
 

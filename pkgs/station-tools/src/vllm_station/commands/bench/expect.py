@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from vllm_station.bench.metrics import Dist, LevelReport
+from vllm_station.commands.bench.metrics import Dist, LevelReport
 from vllm_station.errors import UsageError
 
 _OPS: dict[str, Callable[[float, float], bool]] = {

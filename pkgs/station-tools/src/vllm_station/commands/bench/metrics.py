@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from vllm_station.bench.parse import RequestResult
+from vllm_station.commands.bench.parse import RequestResult
 
 
 def percentile(sorted_values: Sequence[float], p: float) -> float:

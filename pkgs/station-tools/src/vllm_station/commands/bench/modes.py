@@ -31,18 +31,18 @@ from vllm_station import argtypes, bounded
 from vllm_station.api.client import status_hint
 from vllm_station.api.sse import excerpt
 from vllm_station.api.transport import is_redirect, redirect_message
-from vllm_station.bench import expect as expect_mod
-from vllm_station.bench import prompts
-from vllm_station.bench.client import BenchClient, RawResult, run_burst, run_closed_loop
-from vllm_station.bench.dataset import Messages, PromptFile
-from vllm_station.bench.metrics import LevelReport, summarise_level
-from vllm_station.bench.parse import RequestResult, parse
-from vllm_station.bench.report import BenchReport
-from vllm_station.bench.responses import ResponseLog, clock
-from vllm_station.bench.scrape import Scraper
+from vllm_station.commands.bench import expect as expect_mod
+from vllm_station.commands.bench import prompts
+from vllm_station.commands.bench.client import BenchClient, RawResult, run_burst, run_closed_loop
+from vllm_station.commands.bench.dataset import Messages, PromptFile
+from vllm_station.commands.bench.metrics import LevelReport, summarise_level
+from vllm_station.commands.bench.parse import RequestResult, parse
+from vllm_station.commands.bench.report import BenchReport
+from vllm_station.commands.bench.responses import ResponseLog, clock
+from vllm_station.commands.bench.scrape import Scraper
 from vllm_station.errors import StationError, Unreachable, UsageError
 
-log = logging.getLogger("vllm_station.bench")
+log = logging.getLogger("vllm_station.commands.bench")
 
 DEFAULT_LEVELS = {
     "sweep": [1, 8, 16, 32, 64, 128, 256],

@@ -19,7 +19,7 @@ from pathlib import Path
 from vllm_station import output
 from vllm_station.errors import StationError, UsageError
 
-log = logging.getLogger("vllm_station.bench")
+log = logging.getLogger("vllm_station.commands.bench")
 
 check_file = output.check_file  # the shared checks, under the names bench has always called
 check_dir = output.check_dir

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from vllm_station import bounded
 from vllm_station.api.sse import excerpt
-from vllm_station.bench.wire import RawResult
+from vllm_station.commands.bench.wire import RawResult
 
 EXCERPT = 200  # characters of server text in a failure's detail (after secrets are masked)
 

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from vllm_station import output
-from vllm_station.bench import expect as expect_mod
-from vllm_station.bench.report import BenchReport
+from vllm_station.commands.bench import expect as expect_mod
+from vllm_station.commands.bench.report import BenchReport
 from vllm_station.errors import UsageError
 
 HEADROOM = 1.15  # the top of an axis, over the highest value drawn on it

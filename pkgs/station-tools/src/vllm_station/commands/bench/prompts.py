@@ -19,7 +19,7 @@ from typing import Any
 
 from vllm_station.errors import UsageError
 
-log = logging.getLogger("vllm_station.bench")
+log = logging.getLogger("vllm_station.commands.bench")
 
 _WORD_TEXT = (  # one token each in common BPE/SentencePiece vocabularies
     "the of and to in is it that was for on are as with his they at be this from have or one had by but "

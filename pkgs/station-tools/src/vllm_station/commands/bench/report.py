@@ -9,8 +9,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from vllm_station.bench.expect import ExpectResult
-from vllm_station.bench.metrics import Dist, LevelReport
+from vllm_station.commands.bench.expect import ExpectResult
+from vllm_station.commands.bench.metrics import Dist, LevelReport
 from vllm_station.report import table
 
 SCHEMA = "station-bench/1"

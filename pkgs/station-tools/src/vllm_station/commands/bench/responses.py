@@ -27,11 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from vllm_station import output
-from vllm_station.bench.parse import RequestResult
-from vllm_station.bench.wire import RawResult
+from vllm_station.commands.bench.parse import RequestResult
+from vllm_station.commands.bench.wire import RawResult
 from vllm_station.redact import redact
 
-log = logging.getLogger("vllm_station.bench")
+log = logging.getLogger("vllm_station.commands.bench")
 
 
 def _r(v: float | None) -> float | None:

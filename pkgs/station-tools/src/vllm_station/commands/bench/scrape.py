@@ -13,9 +13,9 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from vllm_station.bench.client import BenchClient
+from vllm_station.commands.bench.client import BenchClient
 
-log = logging.getLogger("vllm_station.bench")
+log = logging.getLogger("vllm_station.commands.bench")
 
 GAUGES = {
     "running": ("vllm:num_requests_running",),

@@ -32,13 +32,13 @@ from pathlib import Path
 from typing import Any
 
 from vllm_station.api import ApiClient, ApiUnreachable
+from vllm_station.commands.gates import classes as C
+from vllm_station.commands.gates.cases import BUILTIN, ExpectedCall, data_dir, read_json, user_files
+from vllm_station.commands.gates.checker import Answer, Problem, leak_check, stream_check, text_check
+from vllm_station.commands.gates.common import Progress, Sampling, ask_plain, ask_stream, stopped_by
+from vllm_station.commands.gates.env import DOMAINS, TOOLS, Environment, state_diff
+from vllm_station.commands.gates.match import contains_fact
 from vllm_station.errors import UsageError
-from vllm_station.gates import classes as C
-from vllm_station.gates.cases import BUILTIN, ExpectedCall, data_dir, read_json, user_files
-from vllm_station.gates.checker import Answer, Problem, leak_check, stream_check, text_check
-from vllm_station.gates.common import Progress, Sampling, ask_plain, ask_stream, stopped_by
-from vllm_station.gates.env import DOMAINS, TOOLS, Environment, state_diff
-from vllm_station.gates.match import contains_fact
 
 SCHEMA_VERSION = 1
 DEFAULT_MAX_TURNS = 8

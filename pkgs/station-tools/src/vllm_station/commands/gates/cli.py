@@ -21,11 +21,23 @@ from typing import Any
 
 from vllm_station import argtypes, bounded, output, report
 from vllm_station.api.args import add_endpoint_args, endpoint_from_args
+from vllm_station.commands.gates.agent import DEFAULT_MAX_TURNS, load_agent_tasks
+from vllm_station.commands.gates.cases import ToolCase, load_tool_cases
+from vllm_station.commands.gates.common import (
+    INTERRUPTED,
+    MAX_CONTEXT,
+    Sampling,
+    max_model_len,
+    resolve_model,
+)
+from vllm_station.commands.gates.needle import (
+    DEFAULT_DEPTHS,
+    DEFAULT_LENGTHS,
+    VARIANTS,
+    depths_option,
+    lengths_option,
+)
 from vllm_station.errors import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREACHABLE, UsageError
-from vllm_station.gates.agent import DEFAULT_MAX_TURNS, load_agent_tasks
-from vllm_station.gates.cases import ToolCase, load_tool_cases
-from vllm_station.gates.common import INTERRUPTED, MAX_CONTEXT, Sampling, max_model_len, resolve_model
-from vllm_station.gates.needle import DEFAULT_DEPTHS, DEFAULT_LENGTHS, VARIANTS, depths_option, lengths_option
 
 MAX_TOKENS = 1_000_000
 
@@ -233,7 +245,7 @@ def _run_list(args: argparse.Namespace) -> int:
 
 
 def _run_agent(args: argparse.Namespace) -> int:
-    from vllm_station.gates.agent import render, run_battery
+    from vllm_station.commands.gates.agent import render, run_battery
 
     tasks = load_agent_tasks(args.tasks, builtin=not args.no_builtin)
     if args.task:
@@ -253,7 +265,7 @@ def _run_agent(args: argparse.Namespace) -> int:
 
 
 def _run_tools(args: argparse.Namespace) -> int:
-    from vllm_station.gates.tools import render, run_battery
+    from vllm_station.commands.gates.tools import render, run_battery
 
     cases = _tool_cases(args)
     sampling = _sampling(args)
@@ -265,7 +277,7 @@ def _run_tools(args: argparse.Namespace) -> int:
 
 
 def _run_needle(args: argparse.Namespace) -> int:
-    from vllm_station.gates.needle import (
+    from vllm_station.commands.gates.needle import (
         default_cache,
         parse_depths,
         parse_lengths,

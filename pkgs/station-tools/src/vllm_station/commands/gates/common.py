@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vllm_station.api import ApiClient, ApiError, ApiUnreachable, ChatChunk, collect_stream
+from vllm_station.commands.gates.checker import Answer
 from vllm_station.errors import UsageError
-from vllm_station.gates.checker import Answer
 
 SEED = 1234
 # The longest max_model_len the gates build prompts for: twice GLM-5.3-Flash's full 1,048,576. A 90 % needle

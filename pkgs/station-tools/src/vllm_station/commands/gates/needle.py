@@ -39,10 +39,10 @@ from typing import Any
 from vllm_station import argtypes, bounded, output
 from vllm_station.api import ApiClient, ApiError, ApiUnreachable, ChatChunk
 from vllm_station.api.sse import excerpt
+from vllm_station.commands.gates import classes as C
+from vllm_station.commands.gates.checker import parse_arguments
+from vllm_station.commands.gates.common import MAX_CONTEXT, Progress, Sampling, ask_stream, stopped_by
 from vllm_station.errors import UsageError
-from vllm_station.gates import classes as C
-from vllm_station.gates.checker import parse_arguments
-from vllm_station.gates.common import MAX_CONTEXT, Progress, Sampling, ask_stream, stopped_by
 
 log = logging.getLogger(__name__)
 

@@ -21,10 +21,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from vllm_station.api import ApiClient, ApiUnreachable
-from vllm_station.gates import classes as C
-from vllm_station.gates.cases import ExpectedCall, ToolCase
-from vllm_station.gates.checker import Answer, Problem, ast_check, leak_check, stream_check, text_check
-from vllm_station.gates.common import Progress, Sampling, ask_plain, ask_stream, stopped_by
+from vllm_station.commands.gates import classes as C
+from vllm_station.commands.gates.cases import ExpectedCall, ToolCase
+from vllm_station.commands.gates.checker import (
+    Answer,
+    Problem,
+    ast_check,
+    leak_check,
+    stream_check,
+    text_check,
+)
+from vllm_station.commands.gates.common import Progress, Sampling, ask_plain, ask_stream, stopped_by
 
 SCHEMA_VERSION = 1
 

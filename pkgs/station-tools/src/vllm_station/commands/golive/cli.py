@@ -36,8 +36,8 @@ from vllm_station import argtypes, bounded, output
 from vllm_station import report as report_mod
 from vllm_station.api import ApiClient, ApiError
 from vllm_station.api.args import Endpoint, add_endpoint_args, endpoint_from_args
-from vllm_station.bench import expect as expect_mod
-from vllm_station.bench.modes import (
+from vllm_station.commands.bench import expect as expect_mod
+from vllm_station.commands.bench.modes import (
     MAX_CONCURRENCY,
     MAX_COUNT,
     MAX_LEVELS,
@@ -48,8 +48,13 @@ from vllm_station.bench.modes import (
     check_budgets,
     execute,
 )
-from vllm_station.bench.report import BenchReport
-from vllm_station.bench.report import to_dict as bench_dict
+from vllm_station.commands.bench.report import BenchReport
+from vllm_station.commands.bench.report import to_dict as bench_dict
+from vllm_station.commands.gates import agent, needle, tools
+from vllm_station.commands.gates.agent import load_agent_tasks
+from vllm_station.commands.gates.cases import load_tool_cases
+from vllm_station.commands.gates.common import Sampling, max_model_len, resolve_model
+from vllm_station.commands.smoke import SmokeOptions, SmokeReport, run_smoke
 from vllm_station.errors import (
     EXIT_FAIL,
     EXIT_INTERRUPTED,
@@ -59,11 +64,6 @@ from vllm_station.errors import (
     Unreachable,
     UsageError,
 )
-from vllm_station.gates import agent, needle, tools
-from vllm_station.gates.agent import load_agent_tasks
-from vllm_station.gates.cases import load_tool_cases
-from vllm_station.gates.common import Sampling, max_model_len, resolve_model
-from vllm_station.smoke import SmokeOptions, SmokeReport, run_smoke
 
 SCHEMA_VERSION = 1
 GATES = ("smoke", "tools", "agent", "needle", "bench")
@@ -446,7 +446,7 @@ def run(args: argparse.Namespace) -> int:
     rep, bench = run_golive(ep, plan, quiet=args.quiet)
     failed: output.OutputError | None = None
     if plan.out is not None:
-        from vllm_station.gates.page import write_report
+        from vllm_station.commands.golive.page import write_report
 
         try:
             for p in write_report(rep, plan.out, bench):

@@ -11,10 +11,10 @@ from typing import Any
 
 from vllm_station import bounded, output
 from vllm_station import report as report_mod
-from vllm_station.bench import expect as expect_mod
-from vllm_station.bench.report import BenchReport
+from vllm_station.commands.bench import expect as expect_mod
+from vllm_station.commands.bench.report import BenchReport
+from vllm_station.commands.gates.classes import REQUEST_FAILED
 from vllm_station.errors import StationError
-from vllm_station.gates.classes import REQUEST_FAILED
 
 _CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222}
@@ -117,7 +117,7 @@ def _bench_plots(bench: BenchReport | None) -> str:
     """bench's own PNG plots, inlined."""
     if bench is None:
         return ""
-    from vllm_station.bench.plots import write_plots
+    from vllm_station.commands.bench.plots import write_plots
 
     with tempfile.TemporaryDirectory() as tmp:
         paths = write_plots(bench, Path(tmp))

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from vllm_station import argtypes
-from vllm_station.pair import order
+from vllm_station.commands.pair import order
 from vllm_station.polling import check_seconds
 
 PREFIX = "vllm-station pair:"
@@ -118,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
             args.unit,
             say,
         )
-    from vllm_station.pair import beacon  # aiohttp: only the beacon needs it
+    from vllm_station.commands.pair import beacon  # aiohttp: only the beacon needs it
 
     cfg = beacon.BeaconConfig.checked(args.bind, args.port, args.role, args.rank, args.stamp)
     return beacon.serve(cfg, say)

@@ -12,11 +12,11 @@ from typing import Any
 
 from vllm_station.checkpoint.layout import CONFIG_NAME, README_NAME, read_declared_parsers
 from vllm_station.checkpoint.stamp import STAMP_NAME, StampError, StampMissing, changed_files, read_stamp
+from vllm_station.commands.preflight import kvcache
+from vllm_station.commands.preflight.core import CheckResult, Context, GiB, SkipCheck, Status, check
 from vllm_station.host import container as rt
 from vllm_station.host import sysfs
 from vllm_station.host.nvml import GpuInfo, NvmlReport, NvmlUnavailable, read_nvml
-from vllm_station.preflight import kvcache
-from vllm_station.preflight.core import CheckResult, Context, GiB, SkipCheck, Status, check
 
 PAGE_CACHE_FIX = (
     "run `station prestart --gpu-node {node}` (sync + drop_caches) before the start, and bind bulk file "

@@ -15,9 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_station import argtypes, textfile
-from vllm_station.errors import UsageError
-from vllm_station.host import container as rt
-from vllm_station.preflight.core import (
+from vllm_station.commands.preflight.core import (
     CheckResult,
     Context,
     PreflightConfig,
@@ -26,6 +24,8 @@ from vllm_station.preflight.core import (
     load_checks,
     run_checks,
 )
+from vllm_station.errors import UsageError
+from vllm_station.host import container as rt
 
 JSON_VERSION = 1
 

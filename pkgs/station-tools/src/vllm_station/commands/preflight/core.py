@@ -3,12 +3,12 @@
 A check is a function `(ctx: Context) -> CheckResult` registered with `@check(name, group=...)`.
 Checks are independent: one that raises never stops the others — it becomes a FAIL naming the error
 (or a SKIP when it raises `SkipCheck`). Group "station" holds the one-station checks
-(`vllm_station.preflight.checks`); group "pair" (`vllm_station.preflight.pair`, two-station issue)
-runs only when the configuration has a `pair` section.
+(`vllm_station.commands.preflight.checks`); group "pair" (`vllm_station.commands.preflight.pair`,
+two-station issue) runs only when the configuration has a `pair` section.
 
 Adding a module of checks::
 
-    from vllm_station.preflight.core import CheckResult, Context, Status, check
+    from vllm_station.commands.preflight.core import CheckResult, Context, Status, check
 
     @check("rail-link", group="pair", description="rail interface up, MTU 9000")
     def rail_link(ctx: Context) -> CheckResult:
@@ -38,7 +38,10 @@ from vllm_station.errors import StationError, UsageError
 log = logging.getLogger(__name__)
 
 # Modules whose import registers checks, in run order. Every one must import (load_checks).
-CHECK_MODULES: tuple[str, ...] = ("vllm_station.preflight.checks", "vllm_station.preflight.pair")
+CHECK_MODULES: tuple[str, ...] = (
+    "vllm_station.commands.preflight.checks",
+    "vllm_station.commands.preflight.pair",
+)
 
 GiB = 1024**3
 

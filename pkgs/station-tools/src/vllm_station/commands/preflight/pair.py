@@ -37,9 +37,17 @@ import httpx
 from vllm_station import bounded
 from vllm_station.api.transport import SyncHttp
 from vllm_station.checkpoint.stamp import STAMP_NAME, Stamp, StampError, StampMissing, read_stamp
+from vllm_station.commands.preflight.checks import nvml_report
+from vllm_station.commands.preflight.core import (
+    CheckResult,
+    Context,
+    GiB,
+    PairConfig,
+    SkipCheck,
+    Status,
+    check,
+)
 from vllm_station.host.nvml import GpuProcess, NvmlUnavailable
-from vllm_station.preflight.checks import nvml_report
-from vllm_station.preflight.core import CheckResult, Context, GiB, PairConfig, SkipCheck, Status, check
 
 EXPECTED_MTU = 9000
 PEER_CONNECT_TIMEOUT_S = 2.0
