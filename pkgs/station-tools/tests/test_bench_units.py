@@ -6,10 +6,10 @@ import json
 
 import pytest
 
+from vllm_station.api.prometheus import parse_prometheus
 from vllm_station.commands.bench import expect
 from vllm_station.commands.bench.metrics import Dist, percentile, summarise_level
 from vllm_station.commands.bench.parse import RequestResult, parse
-from vllm_station.commands.bench.scrape import parse_prometheus
 from vllm_station.commands.bench.wire import RawResult
 from vllm_station.errors import UsageError
 

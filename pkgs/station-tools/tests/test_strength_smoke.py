@@ -37,12 +37,12 @@ from vllm_station.api.errors import (
     StreamError,
 )
 from vllm_station.api.models import ToolCall
+from vllm_station.api.urls import display_url
 from vllm_station.cli import main
 from vllm_station.commands.smoke import (
     CHECKS,
     CheckResult,
     SmokeReport,
-    _display_url,
     configure,
     error_kind,
     judge_tool_calls,
@@ -621,7 +621,7 @@ def test_a_server_gone_after_the_models_check_skips_the_rest(
      ("http://GPU-Station:8000/v1", "http://GPU-Station:8000/v1")],  # no credentials: exactly as given
 )  # fmt: skip
 def test_the_url_shown_never_has_credentials(url: str, shown: str) -> None:
-    assert _display_url(url) == shown
+    assert display_url(url) == shown
 
 
 def test_smoke_cli_defaults(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:

@@ -28,6 +28,7 @@ from pathlib import Path
 from vllm_station import argtypes, report, textfile
 from vllm_station.api import ApiClient, ApiError, ChatChunk, collect_stream
 from vllm_station.api.args import add_endpoint_args, endpoint_from_args
+from vllm_station.api.urls import display_url
 from vllm_station.commands import smoke
 from vllm_station.errors import EXIT_FAIL, EXIT_OK, EXIT_UNREACHABLE, UsageError
 
@@ -95,7 +96,7 @@ def _report(
     api: ApiClient, model: str | None, max_tokens: int, duration: float, ok: bool, reason: str
 ) -> ProbeReport:
     return ProbeReport(
-        SCHEMA_VERSION, smoke._display_url(api.api_url), model, max_tokens, ok, None, None, None, None, None,
+        SCHEMA_VERSION, display_url(api.api_url), model, max_tokens, ok, None, None, None, None, None,
         round(duration, 4), reason, smoke.SKIP, "not run", EXIT_FAIL, time.time(),
     )  # fmt: skip
 

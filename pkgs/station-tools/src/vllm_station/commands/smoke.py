@@ -25,7 +25,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from vllm_station import argtypes, bounded, report
 from vllm_station.api import (
@@ -43,6 +42,7 @@ from vllm_station.api import (
 )
 from vllm_station.api.args import add_endpoint_args, endpoint_from_args
 from vllm_station.api.sse import excerpt
+from vllm_station.api.urls import display_url
 from vllm_station.errors import EXIT_FAIL, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, Unreachable
 
 log = logging.getLogger(__name__)
@@ -448,7 +448,7 @@ def _finish(
 ) -> SmokeReport:
     return SmokeReport(
         SCHEMA_VERSION,
-        _display_url(base),
+        display_url(base),
         model,
         opts.tool_choice,
         opts.timeout_s,
@@ -456,18 +456,6 @@ def _finish(
         code,
         checks,
     )
-
-
-def _display_url(url: str) -> str:
-    """The URL without user:password@ (never print credentials)."""
-    p = urlsplit(url)
-    if p.username is None and p.password is None:
-        return url
-    host = p.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = host + (f":{p.port}" if p.port else "")
-    return urlunsplit((p.scheme, netloc, p.path, p.query, p.fragment))
 
 
 # ---- CLI ----------------------------------------------------------------------------------------

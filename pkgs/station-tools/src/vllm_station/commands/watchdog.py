@@ -59,8 +59,8 @@ from vllm_station.api import ApiClient, ApiError, ApiKeyError, ApiUnreachable
 from vllm_station.api.args import Endpoint, add_endpoint_args, endpoint_from_args
 from vllm_station.api.client import load_api_key, tls_context
 from vllm_station.api.errors import HttpStatusError
+from vllm_station.api.prometheus import parse_prometheus
 from vllm_station.api.transport import SyncHttp
-from vllm_station.commands.bench.scrape import parse_prometheus
 from vllm_station.errors import EXIT_OK, StationError, UsageError
 from vllm_station.polling import check_seconds
 

@@ -13,6 +13,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from vllm_station.api.prometheus import parse_prometheus
 from vllm_station.commands.bench.client import BenchClient
 
 log = logging.getLogger("vllm_station.commands.bench")
@@ -29,28 +30,6 @@ COUNTERS = {
     "ttft_sum": ("vllm:time_to_first_token_seconds_sum",),
     "ttft_count": ("vllm:time_to_first_token_seconds_count",),
 }
-
-
-def parse_prometheus(text: str) -> dict[str, float]:
-    """Sum each metric name over its label sets."""
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        if "{" in line and "}" in line:
-            name = line[: line.index("{")]
-            tail = line[line.rindex("}") + 1 :].split()
-        else:
-            name, *tail = line.split()
-        if not tail:
-            continue
-        value_s = tail[0]  # a trailing timestamp may follow
-        try:
-            value = float(value_s)
-        except ValueError:
-            continue
-        out[name] = out.get(name, 0.0) + value
-    return out
 
 
 def _pick(values: dict[str, float], names: tuple[str, ...]) -> float | None:

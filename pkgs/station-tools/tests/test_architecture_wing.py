@@ -1,0 +1,226 @@
+"""Architecture: the verbs' wing (`vllm_station/commands/`, and `vllm_station/sim/` for `station simulate`)
+sits on the shared layers, and the arrows only point down.
+
+The rules (docs/architecture.md), read from every module of the package with ast (nothing imported):
+
+1. Every verb of `cli.COMMANDS` lives in the wing: `commands.<verb>` (a module or a package) or `sim`;
+   everything under `commands/` is a verb of the table. The top level holds the entry points
+   (`cli`, `entry`, `__main__`) and the layers.
+2. No verb imports another verb. The exceptions are the allow-list below, each with its reason; an entry
+   whose import is gone fails too, so the list only shrinks.
+3. No layer imports a verb (no exceptions).
+4. No import cycle among the package's modules (every import counts, at any depth: a lazy import inside a
+   function is still an arrow of the house).
+
+Imports are resolved to modules: `from vllm_station import redact` is an arrow to `vllm_station.redact`,
+`from vllm_station.api import ApiClient` one to the package `vllm_station.api`; relative imports are
+resolved against the importing module's package.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+from vllm_station import cli
+
+PACKAGE = Path(__file__).resolve().parents[1] / "src" / "vllm_station"
+ROOT = "vllm_station"
+ENTRY_POINTS = frozenset({"vllm_station.cli", "vllm_station.entry", "vllm_station.__main__"})
+SIM = "vllm_station.sim"
+
+# (importing verb, imported verb) -> why it may, for now. Each entry is a debt, named; the test below fails
+# when one is no longer used, and a new verb-to-verb arrow fails until it is listed here with its reason.
+ALLOWED_VERB_IMPORTS: dict[tuple[str, str], str] = {
+    ("golive", "smoke"): (
+        "golive composes smoke's core: SmokeOptions -> run_smoke -> SmokeReport, the first gate of its walk"
+    ),
+    ("golive", "gates"): (
+        "golive composes the gates' cores (tools/agent/needle run_battery, the case loaders, Sampling, "
+        "resolve_model, max_model_len) and its page names the request-failed class of gates.classes"
+    ),
+    ("golive", "bench"): (
+        "golive composes bench's core (BenchOptions, check_budgets, execute, BenchReport) and its page "
+        "draws bench's plots and --expect verdicts"
+    ),
+    ("probe", "smoke"): (
+        "the probe is smoke's get_weather check as a Prometheus textfile: the same request and judgement "
+        "(check_models, check_tool_call, error_kind, SEED, PASS/WARN/SKIP), by design one definition"
+    ),
+    ("sim", "gates"): (
+        "`station simulate --gates` answers the gates' own cases (tool cases, agent tasks, the needle's "
+        "record tool) and injects the serving faults gates.classes names: the battery data and its "
+        "loaders would have to move to a layer first"
+    ),
+}
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(PACKAGE.parent).with_suffix("")
+    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+    return ".".join(parts)
+
+
+def modules() -> dict[str, Path]:
+    return {
+        module_name(p): p for p in sorted(PACKAGE.rglob("*.py")) if "__pycache__" not in p.parts
+    }
+
+
+def imports(name: str, path: Path, known: set[str]) -> Iterator[tuple[int, str]]:
+    """(line, module) for every import of a package module in `path`, at any depth."""
+    is_package = path.name == "__init__.py"
+    package = name if is_package else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name == ROOT or alias.name.startswith(ROOT + "."):
+                    yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                target = node.module or ""
+            if target != ROOT and not target.startswith(ROOT + "."):
+                continue
+            for alias in node.names:
+                sub = f"{target}.{alias.name}"
+                yield node.lineno, sub if sub in known else target
+
+
+def verb_of(name: str) -> str | None:
+    """The verb a module belongs to (`commands.<verb>…` or `sim…`), or None for a layer/entry point."""
+    if name == SIM or name.startswith(SIM + "."):
+        return "sim"
+    prefix = f"{ROOT}.commands."
+    if name.startswith(prefix):
+        return name[len(prefix) :].split(".")[0]
+    return None
+
+
+def graph() -> dict[str, set[tuple[int, str]]]:
+    mods = modules()
+    known = set(mods)
+    return {name: set(imports(name, path, known)) for name, path in mods.items()}
+
+
+def verb_edges() -> dict[tuple[str, str], list[str]]:
+    """(importer verb, imported verb) -> where ("module:line -> module")."""
+    found: dict[tuple[str, str], list[str]] = {}
+    for name, targets in graph().items():
+        src = verb_of(name)
+        for line, target in targets:
+            dst = verb_of(target)
+            if src is not None and dst is not None and src != dst:
+                found.setdefault((src, dst), []).append(f"{name}:{line} -> {target}")
+    return found
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (or a module importing itself)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan; the package is a few hundred modules, recursion is fine
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1 or v in edges.get(v, ()):
+                out.append(sorted(comp))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_every_verb_lives_in_the_wing() -> None:
+    wing = {verb_of(f"{ROOT}.{module}") for module, _ in cli.COMMANDS.values()}
+    outside = {v: module for v, (module, _) in cli.COMMANDS.items() if verb_of(f"{ROOT}.{module}") is None}
+    assert not outside, f"verbs whose module is not under commands/ or sim/: {outside}"
+    rooms = {p.stem if p.is_file() else p.name for p in (PACKAGE / "commands").iterdir()}
+    rooms -= {"__init__", "__pycache__"}
+    assert rooms <= wing, f"rooms of commands/ that no verb of cli.COMMANDS names: {sorted(rooms - wing)}"
+    assert len(wing) >= 24 and {"smoke", "bench", "gates", "golive", "preflight", "sim"} <= wing
+
+
+def test_no_verb_imports_another_verb() -> None:
+    found = verb_edges()
+    new = {pair: where for pair, where in found.items() if pair not in ALLOWED_VERB_IMPORTS}
+    assert not new, (
+        "a verb imports another verb; move the shared piece down into a layer (api/, host/, checkpoint/, "
+        "output, …) or, for a composing verb, list it in ALLOWED_VERB_IMPORTS with its reason:\n"
+        + "\n".join(f"{a} -> {b}: {', '.join(w)}" for (a, b), w in sorted(new.items()))
+    )
+
+
+def test_every_allowed_verb_import_is_still_used() -> None:
+    stale = set(ALLOWED_VERB_IMPORTS) - set(verb_edges())
+    assert not stale, f"allow-list entries no verb import needs any more (remove them): {sorted(stale)}"
+
+
+def test_no_layer_imports_a_verb() -> None:
+    offenders = [
+        f"{name}:{line} -> {target}"
+        for name, targets in graph().items()
+        if verb_of(name) is None and name not in ENTRY_POINTS
+        for line, target in sorted(targets)
+        if verb_of(target) is not None
+    ]
+    assert not offenders, "a layer imports a verb (the arrow points up):\n" + "\n".join(offenders)
+
+
+def test_no_import_cycle() -> None:
+    edges = {name: {t for _, t in targets} for name, targets in graph().items()}
+    found = cycles(edges)
+    assert not found, "import cycles among the package's modules:\n" + "\n".join(map(" <-> ".join, found))
+
+
+def test_the_scan_sees_each_kind_of_import(tmp_path: Path) -> None:
+    """The resolver is what the rules stand on: absolute, from-package, relative and lazy imports."""
+    pkg = tmp_path / "vllm_station"
+    (pkg / "commands" / "a").mkdir(parents=True)
+    (pkg / "commands" / "a" / "__init__.py").write_text("")
+    (pkg / "commands" / "a" / "core.py").write_text(
+        "import vllm_station.redact\n"
+        "from vllm_station import output\n"
+        "from vllm_station.api import ApiClient\n"
+        "from . import util\n"
+        "from ..b import run\n"
+        "def f():\n    from vllm_station.commands import c\n"
+    )
+    known = {
+        "vllm_station.redact", "vllm_station.output", "vllm_station.api", "vllm_station.commands.a.util",
+        "vllm_station.commands.b", "vllm_station.commands.c",
+    }  # fmt: skip
+    got = {t for _, t in imports("vllm_station.commands.a.core", pkg / "commands/a/core.py", known)}
+    assert got == known
+    assert {t: verb_of(t) for t in got if verb_of(t)} == {
+        "vllm_station.commands.a.util": "a", "vllm_station.commands.b": "b", "vllm_station.commands.c": "c"
+    }
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"a"}}) == [["a"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
