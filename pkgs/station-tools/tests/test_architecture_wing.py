@@ -164,6 +164,14 @@ def test_every_verb_lives_in_the_wing() -> None:
     assert len(wing) >= 24 and {"smoke", "bench", "gates", "golive", "preflight", "sim"} <= wing
 
 
+def test_the_package_readme_lists_every_verb() -> None:
+    """pkgs/station-tools/README.md's table: every verb of the table, in its order, with its help line."""
+    readme = (PACKAGE.parents[1] / "README.md").read_text(encoding="utf-8")
+    rows = [line for line in readme.splitlines() if line.startswith("| `station ")]
+    want = [f"| `station {verb}` | `{module}` | {text} |" for verb, (module, text) in cli.COMMANDS.items()]
+    assert rows == want, "pkgs/station-tools/README.md's verb table differs from cli.COMMANDS"
+
+
 def test_no_verb_imports_another_verb() -> None:
     found = verb_edges()
     new = {pair: where for pair, where in found.items() if pair not in ALLOWED_VERB_IMPORTS}
