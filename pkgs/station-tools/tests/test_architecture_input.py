@@ -28,7 +28,7 @@ LAYER = {
 # Other modules allowed one kind of call, each with its reason.
 ALLOWED: dict[tuple[str, str], str] = {
     ("api/client.py", "read"): "`op.read_text()` reads the HTTP response's body (the HTTP layer), no file",
-    ("commands/gates/cases.py", "read"): "the shipped battery data through importlib.resources (package "
+    ("batteries/cases.py", "read"): "the shipped battery data through importlib.resources (package "
     "files, not a user's path); user files go through bounded.read_json",
     ("commands/bench/modes.py", "read"): "`responses.open()` is ResponseLog's own method (it creates the "
     "--save-responses files, for writing)",

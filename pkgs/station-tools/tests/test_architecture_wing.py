@@ -38,7 +38,7 @@ ALLOWED_VERB_IMPORTS: dict[tuple[str, str], str] = {
     ),
     ("golive", "gates"): (
         "golive composes the gates' cores (tools/agent/needle run_battery, the case loaders, Sampling, "
-        "resolve_model, max_model_len) and its page names the request-failed class of gates.classes"
+        "resolve_model, max_model_len)"
     ),
     ("golive", "bench"): (
         "golive composes bench's core (BenchOptions, check_budgets, execute, BenchReport) and its page "
@@ -47,11 +47,6 @@ ALLOWED_VERB_IMPORTS: dict[tuple[str, str], str] = {
     ("probe", "smoke"): (
         "the probe is smoke's get_weather check as a Prometheus textfile: the same request and judgement "
         "(check_models, check_tool_call, error_kind, SEED, PASS/WARN/SKIP), by design one definition"
-    ),
-    ("sim", "gates"): (
-        "`station simulate --gates` answers the gates' own cases (tool cases, agent tasks, the needle's "
-        "record tool) and injects the serving faults gates.classes names: the battery data and its "
-        "loaders would have to move to a layer first"
     ),
 }
 

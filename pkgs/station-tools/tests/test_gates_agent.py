@@ -11,11 +11,12 @@ import pytest
 from simserver import SimServer
 
 from vllm_station.api import ApiClient
+from vllm_station.batteries import classes as C
+from vllm_station.batteries.env import Environment
+from vllm_station.batteries.tasks import AgentTask, load_agent_tasks
 from vllm_station.cli import main
-from vllm_station.commands.gates import classes as C
-from vllm_station.commands.gates.agent import AgentTask, load_agent_tasks, pass_hat, run_battery
+from vllm_station.commands.gates.agent import pass_hat, run_battery
 from vllm_station.commands.gates.common import Sampling
-from vllm_station.commands.gates.env import Environment
 from vllm_station.errors import UsageError
 from vllm_station.sim.config import SimConfig
 
@@ -99,7 +100,7 @@ def test_pass_hat() -> None:
 
 
 def test_task_file_validation(tmp_path: Path) -> None:
-    data = Path(__file__).parents[1] / "src/vllm_station/commands/gates/data"
+    data = Path(__file__).parents[1] / "src/vllm_station/batteries/data"
     src = json.loads((data / "agent/files.json").read_text())
     task = dict(src["tasks"][0], id="mine", instruction="Delete tmp/old.log please.")
     task["reference"] = [[{"name": "delete_file", "arguments": {"path": "tmp/nope"}}]]

@@ -15,8 +15,8 @@ import pytest
 from simserver import SimServer
 
 from vllm_station.api import ApiClient
-from vllm_station.commands.gates import classes as C
-from vllm_station.commands.gates.cases import ToolCase, load_tool_cases
+from vllm_station.batteries import classes as C
+from vllm_station.batteries.cases import ToolCase, load_tool_cases
 from vllm_station.commands.gates.common import Sampling
 from vllm_station.commands.gates.tools import run_battery
 from vllm_station.sim.config import SimConfig

@@ -10,16 +10,15 @@ import pytest
 from simserver import SimServer
 
 from vllm_station.api import ApiClient
+from vllm_station.batteries import classes as C
+from vllm_station.batteries.needles import QUESTION, find_answer
 from vllm_station.cli import main
-from vllm_station.commands.gates import classes as C
 from vllm_station.commands.gates.common import Sampling
 from vllm_station.commands.gates.needle import (
-    QUESTION,
     Needle,
     NeedleResult,
     PromptBuilder,
     classify,
-    find_answer,
     parse_depths,
     parse_lengths,
     plan,

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 
 from vllm_station.api import ApiClient
+from vllm_station.batteries import classes as C
+from vllm_station.batteries.cases import load_tool_cases
+from vllm_station.batteries.tasks import load_agent_tasks
 from vllm_station.commands.gates import agent, needle, tools
-from vllm_station.commands.gates import classes as C
-from vllm_station.commands.gates.agent import load_agent_tasks
-from vllm_station.commands.gates.cases import load_tool_cases
 from vllm_station.commands.gates.common import Sampling
 
 pytestmark = pytest.mark.realvllm

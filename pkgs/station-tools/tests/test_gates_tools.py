@@ -13,12 +13,12 @@ import pytest
 from simserver import SimServer
 
 from vllm_station.api import ApiClient, ToolCall
+from vllm_station.batteries import classes as C
+from vllm_station.batteries.cases import ExpectedCall, load_tool_cases
+from vllm_station.batteries.match import matches
 from vllm_station.cli import main
-from vllm_station.commands.gates import classes as C
-from vllm_station.commands.gates.cases import ExpectedCall, load_tool_cases
 from vllm_station.commands.gates.checker import Answer, ast_check, leak_check, stream_check
 from vllm_station.commands.gates.common import Sampling
-from vllm_station.commands.gates.match import matches
 from vllm_station.commands.gates.tools import run_battery
 from vllm_station.errors import UsageError
 from vllm_station.sim.config import SimConfig

@@ -13,8 +13,8 @@ import pytest
 from faultserver import free_port
 from simserver import SimServer
 
+from vllm_station.batteries import classes as C
 from vllm_station.cli import main
-from vllm_station.commands.gates import classes as C
 from vllm_station.sim.config import SimConfig
 
 FAST = ["--bench-output-len", "8", "--bench-requests", "1x", "--bench-concurrency", "1,4", "--needle-lengths",

@@ -65,7 +65,7 @@ def test_gates_tools_writes_a_partial_report_when_the_server_goes_away(
 
 
 def _builtin_cases() -> list[str]:
-    from vllm_station.commands.gates.cases import load_tool_cases
+    from vllm_station.batteries.cases import load_tool_cases
 
     return [c.id for c in load_tool_cases()]
 

@@ -17,7 +17,7 @@ A category file (`data/tools/<category>.json`)::
      ]}
 
 `calls` lists the expected calls (any order); `[]` expects none. Each argument lists its accepted answers
-(`vllm_station.commands.gates.match`); `null` among them lets the parameter be left out. The tool library
+(`vllm_station.batteries.match`); `null` among them lets the parameter be left out. The tool library
 (`data/tools.json`) holds the tools the shipped cases use. An operator adds cases by writing more files in
 this format and passing them with `--cases FILE|DIR` (their `tools` may define new tools).
 
@@ -38,7 +38,7 @@ from typing import Any
 import jsonschema
 
 from vllm_station import bounded
-from vllm_station.commands.gates.match import contains_fact, example, is_matcher, matches
+from vllm_station.batteries.match import contains_fact, example, is_matcher, matches
 from vllm_station.errors import UsageError
 
 BUILTIN = "builtin"
@@ -98,7 +98,7 @@ def first_user_text(messages: Iterable[dict[str, Any]]) -> str:
 
 
 def data_dir() -> Any:
-    return resources.files("vllm_station.commands.gates") / "data"
+    return resources.files("vllm_station.batteries") / "data"
 
 
 def read_json(path: Any, label: str) -> dict[str, Any]:

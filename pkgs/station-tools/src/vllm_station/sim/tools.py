@@ -8,7 +8,7 @@ and in the stream), as GLM-5.3 behind `--reasoning-parser glm45` does. Streams a
 tool call's first delta carries its id and name, then argument fragments follow.
 
 `--gates FAULT` answers the same way, through one serving fault
-(`vllm_station.commands.gates.classes.SERVING_FAULTS`):
+(`vllm_station.batteries.classes.SERVING_FAULTS`):
 
 - `zero_arg_dropped`      streamed: calls without arguments are left out; finish_reason stays tool_calls
 - `empty_args_flushed`    streamed: a call's argument fragments are replaced by one `{}` flush
@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vllm_station import bounded
-from vllm_station.commands.gates import classes as C
-from vllm_station.commands.gates.agent import AgentTask, load_agent_tasks
-from vllm_station.commands.gates.cases import ToolCase, first_user_text, load_tool_cases
-from vllm_station.commands.gates.needle import RECORD_TOOL, find_answer
+from vllm_station.batteries import classes as C
+from vllm_station.batteries.cases import ToolCase, first_user_text, load_tool_cases
+from vllm_station.batteries.needles import RECORD_TOOL, find_answer
+from vllm_station.batteries.tasks import AgentTask, load_agent_tasks
 
 REFERENCE = "reference"
 MODES = (REFERENCE, *C.SERVING_FAULTS)

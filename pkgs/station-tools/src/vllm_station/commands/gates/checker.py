@@ -9,7 +9,7 @@
   object.
 * `leak_check`: with a reasoning parser on, reasoning stays out of `content` and out of the arguments.
 
-Each problem is a `(class, detail)` pair; the classes are `vllm_station.commands.gates.classes`.
+Each problem is a `(class, detail)` pair; the classes are `vllm_station.batteries.classes`.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ import jsonschema
 from vllm_station import bounded
 from vllm_station.api import ToolCall
 from vllm_station.api.sse import excerpt
-from vllm_station.commands.gates import classes as C
-from vllm_station.commands.gates.cases import ExpectedCall
-from vllm_station.commands.gates.match import contains_fact, matches
+from vllm_station.batteries import classes as C
+from vllm_station.batteries.cases import ExpectedCall
+from vllm_station.batteries.match import contains_fact, matches
 
 Problem = tuple[str, str]
 THINK_MARKERS = ("<think>", "</think>")

@@ -21,8 +21,9 @@ from typing import Any
 
 from vllm_station import argtypes, bounded, output, report
 from vllm_station.api.args import add_endpoint_args, endpoint_from_args
-from vllm_station.commands.gates.agent import DEFAULT_MAX_TURNS, load_agent_tasks
-from vllm_station.commands.gates.cases import ToolCase, load_tool_cases
+from vllm_station.batteries.cases import ToolCase, load_tool_cases
+from vllm_station.batteries.tasks import load_agent_tasks
+from vllm_station.commands.gates.agent import DEFAULT_MAX_TURNS
 from vllm_station.commands.gates.common import (
     INTERRUPTED,
     MAX_CONTEXT,

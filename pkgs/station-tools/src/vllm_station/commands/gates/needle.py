@@ -39,7 +39,8 @@ from typing import Any
 from vllm_station import argtypes, bounded, output
 from vllm_station.api import ApiClient, ApiError, ApiUnreachable, ChatChunk
 from vllm_station.api.sse import excerpt
-from vllm_station.commands.gates import classes as C
+from vllm_station.batteries import classes as C
+from vllm_station.batteries.needles import NEEDLE, QUESTION, RECORD_TOOL, TOOL_QUESTION
 from vllm_station.commands.gates.checker import parse_arguments
 from vllm_station.commands.gates.common import MAX_CONTEXT, Progress, Sampling, ask_stream, stopped_by
 from vllm_station.errors import UsageError
@@ -54,31 +55,6 @@ MULTIKEY_NEEDLES = 4
 # The recipe's go-live record on one GB300 (GLM-5.3-Flash, 1,048,576-token context).
 RECORD_PROMPT_TOKENS = 968_377
 RECORD_WALL_S = (33.5, 37.0)
-
-NEEDLE = "The special magic number for {key} is {value}."
-QUESTION = (
-    "What is the special magic number for {key} mentioned in the text above? Answer with the number only."
-)
-TOOL_QUESTION = (
-    "Call the tool record_number with the key {key} and the special magic number for {key} mentioned in the "
-    "text above."
-)
-RECORD_TOOL: dict[str, Any] = {
-    "type": "function",
-    "function": {
-        "name": "record_number",
-        "description": "Record the special magic number found for a key",
-        "parameters": {
-            "type": "object",
-            "properties": {"key": {"type": "string"}, "number": {"type": "integer"}},
-            "required": ["key", "number"],
-        },
-    },
-}
-_NEEDLE_RE = re.compile(r"The special magic number for ([a-z]+-[a-z]+) is (\d{7})\.")
-_ASK_RE = re.compile(
-    r"(?:What is|Call the tool record_number with the key) .*?special magic number for ([a-z]+-[a-z]+)"
-)
 
 # ---- the haystack ----------------------------------------------------------------------------------
 FILLER_VERSION = 2  # part of the calibration key: change it when the sentences change
@@ -131,20 +107,6 @@ def sentences(n: int, seed: int) -> list[str]:
 class Needle:
     key: str
     value: str
-
-
-def find_answer(text: str) -> tuple[str, str, bool] | None:
-    """(key, value, tool question) of the needle a prompt asks for, or None (the simulator's reference)."""
-    asked = None
-    for m in _ASK_RE.finditer(text[-2000:]):
-        asked = m
-    if asked is None:
-        return None
-    key = asked.group(1)
-    for m in _NEEDLE_RE.finditer(text):
-        if m.group(1) == key:
-            return key, m.group(2), "record_number" in asked.group(0)
-    return None
 
 
 # ---- building prompts of an exact length -------------------------------------------------------------

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from vllm_station.api import ApiClient, ApiUnreachable
-from vllm_station.commands.gates import classes as C
-from vllm_station.commands.gates.cases import ExpectedCall, ToolCase
+from vllm_station.batteries import classes as C
+from vllm_station.batteries.cases import ExpectedCall, ToolCase
 from vllm_station.commands.gates.checker import (
     Answer,
     Problem,

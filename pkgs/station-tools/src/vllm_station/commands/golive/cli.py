@@ -36,6 +36,8 @@ from vllm_station import argtypes, bounded, output
 from vllm_station import report as report_mod
 from vllm_station.api import ApiClient, ApiError
 from vllm_station.api.args import Endpoint, add_endpoint_args, endpoint_from_args
+from vllm_station.batteries.cases import load_tool_cases
+from vllm_station.batteries.tasks import load_agent_tasks
 from vllm_station.commands.bench import expect as expect_mod
 from vllm_station.commands.bench.modes import (
     MAX_CONCURRENCY,
@@ -51,8 +53,6 @@ from vllm_station.commands.bench.modes import (
 from vllm_station.commands.bench.report import BenchReport
 from vllm_station.commands.bench.report import to_dict as bench_dict
 from vllm_station.commands.gates import agent, needle, tools
-from vllm_station.commands.gates.agent import load_agent_tasks
-from vllm_station.commands.gates.cases import load_tool_cases
 from vllm_station.commands.gates.common import Sampling, max_model_len, resolve_model
 from vllm_station.commands.smoke import SmokeOptions, SmokeReport, run_smoke
 from vllm_station.errors import (

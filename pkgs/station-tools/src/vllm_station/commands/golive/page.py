@@ -11,9 +11,9 @@ from typing import Any
 
 from vllm_station import bounded, output
 from vllm_station import report as report_mod
+from vllm_station.batteries.classes import REQUEST_FAILED
 from vllm_station.commands.bench import expect as expect_mod
 from vllm_station.commands.bench.report import BenchReport
-from vllm_station.commands.gates.classes import REQUEST_FAILED
 from vllm_station.errors import StationError
 
 _CSS = """
