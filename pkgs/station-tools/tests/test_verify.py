@@ -271,7 +271,8 @@ def test_unreadable_shard_for_an_unprivileged_user(ckpt: Path, request: pytest.F
         # import as root (the venv may not be readable by nobody), then drop privileges and run the CLI
         code = (
             "import os, sys\n"
-            "from vllm_station import cli, verify, report, errors\n"
+            "from vllm_station import cli, errors, report\n"
+            "from vllm_station.commands import verify\n"
             f"os.setgroups([]); os.setgid({nobody.pw_gid}); os.setuid({nobody.pw_uid})\n"
             f"sys.exit(cli.main(['verify', {str(ckpt)!r}]))\n"
         )
@@ -282,7 +283,8 @@ def test_unreadable_shard_for_an_unprivileged_user(ckpt: Path, request: pytest.F
 def test_unreadable_directory_is_a_failure_not_a_traceback(tmp_path: Path) -> None:
     code = (
         "import os, sys\n"
-        "from vllm_station import cli, verify, report, errors\n"
+        "from vllm_station import cli, errors, report\n"
+        "from vllm_station.commands import verify\n"
         "os.setgroups([]); os.setgid(65534); os.setuid(65534)\n"
         f"sys.exit(cli.main(['verify', {str(tmp_path)!r}]))\n"
     )
@@ -425,7 +427,8 @@ def test_read_only_directory_keeps_a_stale_stamp_and_says_so(
     if os.geteuid() == 0:
         code = (
             "import os, sys\n"
-            "from vllm_station import cli, verify, report, errors\n"
+            "from vllm_station import cli, errors, report\n"
+            "from vllm_station.commands import verify\n"
             "os.setgroups([]); os.setgid(65534); os.setuid(65534)\n"
             f"sys.exit(cli.main(['verify', {str(ckpt)!r}]))\n"
         )

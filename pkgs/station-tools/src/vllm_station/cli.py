@@ -42,7 +42,7 @@ from vllm_station.errors import EXIT_BROKEN_PIPE, EXIT_FAIL, EXIT_INTERRUPTED, E
 
 log = logging.getLogger("vllm_station")
 
-# subcommand -> module (under vllm_station) and its one-line help.
+# subcommand -> module (under vllm_station: every verb in commands/, `simulate` in sim/) and one line of help.
 COMMANDS: dict[str, tuple[str, str]] = {
     "smoke": (
         "commands.smoke",
