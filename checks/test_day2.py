@@ -30,10 +30,10 @@ webhook received, with their latency (`day2 figure:` lines; docs/day2.md has the
 
 Two calendars (STATION_DAY2_CALENDAR): `full` (the default when this file is run directly, and
 `scripts/check --only day2` or STATION_CHECK_DAY2=1) runs every step; `short` (a plain `scripts/check`)
-runs the operator's routine — install, reboot, both rotations, a tools update, a restart under load, a
-401 storm: four starts of vLLM — and skips, saying so, the checkpoint upgrade and the wedge and
-crash-loop faults (the rest of the nine starts; the system tier covers the watchdog's restart and the
-start limit on the simulator).
+runs the operator's routine and two faults — install, reboot, both rotations, a tools update, a restart
+under load, a 401 storm, a crash loop: four starts of vLLM — and skips, saying so, the checkpoint upgrade
+and the wedge (the rest of the nine starts; the system tier covers the watchdog's restart on the
+simulator).
 """
 
 from __future__ import annotations
@@ -681,7 +681,6 @@ def test_step8b_wedge_one_watchdog_restart(cal: Calendar) -> None:
                wedged_alert_s=round(alert.received - t0, 1))  # fmt: skip
 
 
-@long_step
 def test_step8c_crash_loop_alert_reaches_the_webhook(cal: Calendar) -> None:
     st, m = cal.station, cal.station.machine
     t0 = time.monotonic()
