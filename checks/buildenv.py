@@ -386,8 +386,10 @@ class Build:
                     os.killpg(proc.pid, signal.SIGKILL)  # whatever the run left behind
         return subprocess.CompletedProcess(argv, rc, log.read_text(errors="replace"), "")
 
-    def pytest_args(self) -> list[str]:
-        """pytestCheckPhase's arguments: disabledTests, disabledTestPaths, pytestFlagsArray."""
+    def pytest_args(self, cores: int | None = None) -> list[str]:
+        """pytestCheckPhase's arguments: disabledTests, disabledTestPaths, pytestFlagsArray, and what
+        pytest-xdist's setup hook (pytestXdistHook) appends when it is a check input: one worker per build
+        core (`--numprocesses=$NIX_BUILD_CORES`; Nix's default `cores = 0` gives the builder every core)."""
         args = ["python", "-m", "pytest"]
         disabled = self.inputs.raw["disabledTests"]
         if disabled:
@@ -396,7 +398,15 @@ class Build:
             if not (self.source / path).exists():
                 raise AssertionError(f'Disabled tests path "{path}" does not exist')
             args.append(f"--ignore={path}")
-        return args + list(self.inputs.raw["pytestFlagsArray"])
+        return args + list(self.inputs.raw["pytestFlagsArray"]) + xdist_hook(self.inputs, cores or os.cpu_count() or 1)
+
+
+def xdist_hook(inputs: Inputs, cores: int) -> list[str]:
+    """What pytest-xdist's setup hook (nixpkgs: pytest-xdist/setup-hook.sh) appends to pytestFlagsArray
+    before pytestCheckPhase: `--numprocesses=$NIX_BUILD_CORES`, unless dontUsePytestXdist is set."""
+    if "pytest-xdist" not in inputs.check_inputs or inputs.raw.get("dontUsePytestXdist"):
+        return []
+    return [f"--numprocesses={cores}"]
 
 
 def _sh(value: str) -> str:

@@ -24,6 +24,7 @@ from buildenv import (
     evaluate,
     pool_venv,
     subset_venv,
+    xdist_hook,
 )
 from nixenv import REPO
 from packaging.requirements import Requirement
@@ -158,6 +159,19 @@ def test_package_installs_from_src_and_imports(build: Build) -> None:
     assert r.returncode == 0, f"pythonRuntimeDepsCheckHook would fail:\n{r.stdout}"
     r = build.run([str(build.out / "bin" / "station"), "--help"], timeout=120, pre_check=False)
     assert r.returncode == 0 and "usage: station" in r.stdout, r.stdout
+
+
+def test_xdist_hook_as_nixpkgs_appends_it() -> None:
+    """pytest-xdist among the check inputs: one worker per build core, as its setup hook adds them."""
+    with_xdist = Inputs({"nativeCheckInputs": ["pytest-xdist", "pytest-timeout"], "dontUsePytestXdist": False})
+    assert xdist_hook(with_xdist, 2) == ["--numprocesses=2"]
+    assert xdist_hook(Inputs({**with_xdist.raw, "dontUsePytestXdist": True}), 2) == []
+    assert xdist_hook(Inputs({"nativeCheckInputs": ["pytest-timeout"], "dontUsePytestXdist": False}), 2) == []
+
+
+def test_package_uses_the_xdist_hook(inputs: Inputs) -> None:
+    """package.nix lists pytest-xdist: the build's suite runs on every core (the tier runs it so too)."""
+    assert "pytest-xdist" in inputs.check_inputs and not inputs.raw["dontUsePytestXdist"]
 
 
 def test_suite_passes_as_pytest_check_hook_runs_it(build: Build) -> None:

@@ -62,6 +62,8 @@ in
   pytestFlagsArray = args.pytestFlagsArray or [ ];
   disabledTests = args.disabledTests or [ ];
   disabledTestPaths = args.disabledTestPaths or [ ];
+  # pytest-xdist's setup hook (pytestXdistHook) adds --numprocesses=$NIX_BUILD_CORES unless this is set
+  dontUsePytestXdist = args.dontUsePytestXdist or false;
   # store paths the check environment may name, by what stands in for them on this machine
   # what the units run: its source (no tests/) and whether it runs a suite itself
   runtime = {

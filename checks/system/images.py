@@ -170,12 +170,15 @@ def _libraries(files: list[Path]) -> set[Path]:
 
 
 def _tree_hash(paths: list[Path], *, contents: bool = True) -> str:
-    """A tag for the image's inputs: file contents, or (for trees of GBs) paths, sizes and mtimes."""
+    """A tag for the image's inputs: file contents, or (for trees of GBs) paths, sizes and mtimes.
+
+    By contents, a file is named relative to its root's parent (`system/images.py`, `src/vllm_station/…`):
+    the same sources in another checkout (a worktree, CI's clone) give the same tag and reuse the image."""
     h = hashlib.sha256()
     for root in sorted(paths):
         files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
         for f in files:
-            h.update(str(f).encode())
+            h.update(str(f.relative_to(root.parent) if contents else f).encode())
             if contents:
                 h.update(f.read_bytes())
             else:
