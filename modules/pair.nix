@@ -93,6 +93,14 @@ let
     ++ lib.optionals servesLocalModel [
       "--stamp"
       (contract.stampOf serve.checkpointDir)
+    ]
+    # The worker's beacon reports its engine's state (waiting / joined / orphaned) from the engine's
+    # connection to the head's rendezvous port: the head's start refuses a worker still in an old session.
+    ++ lib.optionals (!isHead) [
+      "--head"
+      headAddress
+      "--master-port"
+      (toString cfg.masterPort)
     ];
 
   # The worker beacon's ExecStop: let the head go first (bounded).

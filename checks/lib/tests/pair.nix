@@ -268,7 +268,7 @@ in
     h.eq "bindsTo" b.bindsTo [ "vllm-station.service" ]
     ++ h.eq "after (so it stops first)" b.after [ "vllm-station.service" ]
     ++ h.eq "wantedBy" b.wantedBy [ "vllm-station.service" ]
-    ++ h.eq "the beacon: role, rank, rail address, the local stamp" (h.argv b.serviceConfig.ExecStart) [
+    ++ h.eq "the beacon: role, rank, rail address, the local stamp, the head's rendezvous (engine state)" (h.argv b.serviceConfig.ExecStart) [
       stationExe
       "pair"
       "beacon"
@@ -282,6 +282,10 @@ in
       "1"
       "--stamp"
       "/var/lib/vllm-station-models/glm53/.station-verified.json"
+      "--head"
+      headIp
+      "--master-port"
+      "29500"
     ]
     ++ h.eq "ExecStop waits for the head's master port, bounded" (map h.argv b.serviceConfig.ExecStop) [
       [
@@ -417,6 +421,13 @@ in
 
   order-head-stops-freely = h.check [ head ] (
     config: h.eq "head beacon has no ExecStop wait" (beacon config).serviceConfig.ExecStop [ ]
+  );
+
+  head-beacon-watches-no-engine = h.check [ head ] (
+    config:
+    h.ok "only the worker's beacon reports an engine state (the head's start reads it)" (
+      !(lib.elem "--head" (h.argv (beacon config).serviceConfig.ExecStart))
+    )
   );
 
   preflight-settings = h.check [ worker ] (

@@ -3,8 +3,10 @@
     station pair wait-worker --url URL --timeout SECONDS --interval SECONDS --worker-address ADDR
     station pair wait-head-stop --head ADDR --port PORT --timeout SECONDS --interval SECONDS --unit UNIT
     station pair beacon --bind ADDR --port PORT --role head|worker --rank N [--stamp FILE]
+                        [--head ADDR --master-port PORT]
 
-Exit codes (the family in `vllm_station.errors`): wait-worker 0 the worker is up, 1 something else
+Exit codes (the family in `vllm_station.errors`): wait-worker 0 the worker is up and its engine waits
+for a head, 1 the worker's engine is in (or ended) a session with an earlier head, or something else
 answered there, 3 nothing answered; wait-head-stop always 0 (it only delays a stop); beacon 0 on
 SIGTERM, 1 the port is in use, 2 bad arguments or a --bind address not on this host. Progress and
 verdicts go to stderr as `vllm-station pair: …` lines (the journal of the unit that runs it).
@@ -29,7 +31,8 @@ def say(line: str) -> None:
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.epilog = (
-        "exit: wait-worker 0 up, 1 something else answers there, 3 nothing answered; wait-head-stop 0; "
+        "exit: wait-worker 0 up, 1 the worker's engine is not ready for a new head or something else "
+        "answers there, 3 nothing answered; wait-head-stop 0; "
         "beacon 0 on SIGTERM, 1 port in use, 2 bad arguments"
     )
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
@@ -98,6 +101,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     bc.add_argument(
         "--stamp", type=Path, metavar="FILE", help="the verify stamp /stamp serves (read per request)"
     )
+    bc.add_argument(
+        "--head",
+        metavar="ADDR",
+        help="the worker's beacon: the head's rail address; /ready reports the engine's state from its "
+        "connection to the head's rendezvous port (with --master-port)",
+    )
+    bc.add_argument(
+        "--master-port", type=argtypes.port(), help="the head's rendezvous port (--master-port), with --head"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -120,5 +132,7 @@ def run(args: argparse.Namespace) -> int:
         )
     from vllm_station.pair import beacon  # aiohttp: only the beacon needs it
 
-    cfg = beacon.BeaconConfig.checked(args.bind, args.port, args.role, args.rank, args.stamp)
+    cfg = beacon.BeaconConfig.checked(
+        args.bind, args.port, args.role, args.rank, args.stamp, args.head, args.master_port
+    )
     return beacon.serve(cfg, say)
