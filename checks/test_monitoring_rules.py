@@ -31,6 +31,7 @@ from monitoring.rendered import (
     PAIR_RULES_TEST,
     RULES_TEST,
     Rendered,
+    exec_argv,
     local_config,
     rendered,
 )
@@ -293,6 +294,17 @@ def test_the_units_command_lines_parse_with_the_real_station_cli(r: Rendered) ->
     )
     timer = r.units["vllm-station-probe.timer"]
     assert "OnUnitActiveSec=300" in timer and "WantedBy=timers.target" in timer
+    assert watchdog.pair_worker is None, "a station that is no pair's head restarts its unit alone"
+
+
+def test_the_pair_heads_watchdog_restarts_the_pair_in_order(r: Rendered) -> None:
+    """On the pair's head the watchdog knows the worker's beacon (the one the head's start waits for) and
+    waits for the worker as long as that start does (pair.workerWaitSeconds)."""
+    line = next(x for x in r.pair_head_watchdog.splitlines() if x.startswith("ExecStart="))
+    argv = exec_argv(line.removeprefix("ExecStart="))
+    args = cli.build_parser("watchdog").parse_args(argv[1:])
+    assert args.pair_worker == "http://192.168.100.2:29510/ready"
+    assert args.pair_wait == 300 and args.unit == "vllm-station.service"
 
 
 # `systemd-analyze security` exposure (0 best, 10 worst) of the units monitoring renders, as measured on

@@ -87,6 +87,9 @@ let
     servedName
   ];
 
+  # The worker's beacon the head's start waits for (pair.nix fills it on the pair's head only).
+  pairWorker = serve.inputs.waitForWorker;
+
   watchdogArgs = [
     station
     "watchdog"
@@ -113,6 +116,14 @@ let
   ++ optionals (serve.apiKeyFile != null) [
     "--api-key-file"
     serve.apiKeyFile
+  ]
+  # The pair's head: a wedge restarts the pair in the recipe's order (stop the head; the worker's own
+  # rejoin unit restarts the worker; start the head), waiting for the worker as the head's start does.
+  ++ optionals (pairWorker != null) [
+    "--pair-worker"
+    pairWorker.url
+    "--pair-wait"
+    (toString pairWorker.timeout)
   ]
   # A wedge restart kills the container once systemd has the restart: the unit's graceful stop would
   # wait out vLLM's --shutdown-timeout for requests a wedged engine never finishes.

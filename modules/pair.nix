@@ -120,6 +120,37 @@ let
     "${contract.unit}.service"
   ];
 
+  # The worker's rejoin loop: restart the worker once its session is over and the head is down.
+  runtime = serve.preflight.settings.runtime or null;
+  rejoinArgs =
+    [
+      station
+      "pair"
+      "rejoin"
+      "--beacon"
+      "http://${urlHost workerAddress}:${toString cfg.beaconPort}/ready"
+      "--head"
+      headAddress
+      "--master-port"
+      (toString cfg.masterPort)
+      "--unit"
+      "${contract.unit}.service"
+      "--systemctl"
+      (lib.getExe' config.systemd.package "systemctl")
+      "--interval"
+      (toString cfg.rejoin.interval)
+      "--verdicts"
+      (toString cfg.rejoin.verdicts)
+    ]
+    # An engine in a dead session finishes nothing: the container is killed after the restart's request.
+    ++ lib.optionals (runtime != null) [
+      "--runtime"
+      runtime
+      "--container"
+      contract.unit
+    ];
+  rejoining = !isHead && cfg.rejoin.enable;
+
   # Station A shares its verified checkpoint read-only with B's copy unit (`station copy`), an rsync
   # module named after the checkpoint's directory. A config file, not a program.
   sharing = isHead && cfg.checkpointShare.enable && servesLocalModel;
@@ -356,6 +387,31 @@ in
       };
     };
 
+    rejoin = {
+      enable = mkOption {
+        type = types.bool;
+        default = true;
+        description = ''
+          On the worker: `${contract.rejoinUnit}` (`station pair rejoin`) restarts the worker's serving unit
+          when its engine's session with the head is over (the beacon reports it `orphaned`, or `joined`
+          to a head port that no longer answers) while the head is down — the second step of the
+          recipe's order (stop the head, then the worker; start the worker, then the head). A headless
+          vLLM worker never joins a second head: without this, after the head's crash or reboot the
+          worker must be restarted by hand before the head can start.
+        '';
+      };
+      interval = mkOption {
+        type = types.ints.between 1 3600;
+        default = 10;
+        description = "Seconds between the rejoin loop's looks.";
+      };
+      verdicts = mkOption {
+        type = types.ints.between 1 100;
+        default = 3;
+        description = "Consecutive looks that find the session over (and the head down) before the restart.";
+      };
+    };
+
     checkpointShare = {
       enable = mkOption {
         type = types.bool;
@@ -526,6 +582,22 @@ in
         TimeoutStopSec = cfg.headStopWaitSeconds + 30;
         Restart = "on-failure";
         RestartSec = 5;
+      };
+    };
+
+    systemd.services.${contract.rejoinUnit} = mkIf rejoining {
+      description = "vllm-station pair: restart the worker once its session with the head is over and the head is down";
+      wantedBy = [ "multi-user.target" ];
+      after = [ "${contract.unit}.service" ];
+      # A rejoin loop that keeps failing stays failed (node_exporter shows it) instead of looping.
+      startLimitBurst = 5;
+      startLimitIntervalSec = 600;
+      serviceConfig = hardening.for [ ] // {
+        Type = "exec";
+        ExecStart = utils.escapeSystemdExecArgs rejoinArgs;
+        # root (no DynamicUser): restarting a unit is a call to the system manager that only root may make
+        Restart = "on-failure";
+        RestartSec = 10;
       };
     };
 

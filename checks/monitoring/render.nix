@@ -13,6 +13,7 @@
 #   nodeExporterArgs  the node exporter's ExecStart, split into arguments
 #   dashboardsPath  what Grafana's provider is told to read; datasourceUid the data source's uid
 #   pairRules       the rule file of a pair's head (station-a with monitoring on): the NCCL alert
+#   pairHeadWatchdog  the pair head's watchdog unit (a wedge restarts the pair in the recipe's order)
 #   textfileDir     the contract's directory
 #   alertmanagerConfig  alertmanager.yml as nixpkgs' module writes it (builtins.toJSON of its `configuration`)
 #   warnings        monitored-station's warnings (none) and, per variant, the warnings or failed assertions
@@ -65,6 +66,7 @@ else
     dashboardsPath = builtins.unsafeDiscardStringContext "${provider.options.path}";
     datasourceUid = (builtins.head config.services.grafana.provision.datasources.settings.datasources).uid;
     pairRules = pairHead.services.vllm-station.monitoring.rules;
+    pairHeadWatchdog = builtins.unsafeDiscardStringContext pairHead.systemd.units."vllm-station-watchdog.service".text;
     inherit (contract) textfileDir;
     alertmanagerConfig = builtins.toJSON config.services.prometheus.alertmanager.configuration;
     warnings = config.warnings;

@@ -45,6 +45,7 @@ class Rendered:
     dashboards_path: str
     datasource_uid: str
     pair_rules: dict[str, Any]
+    pair_head_watchdog: str  # the pair head's vllm-station-watchdog.service
     textfile_dir: str
     alertmanager_config: str  # alertmanager.yml (JSON) as nixpkgs' module writes it
     warnings: list[str]
@@ -131,6 +132,7 @@ def rendered() -> Rendered:
         dashboards_path=data["dashboardsPath"],
         datasource_uid=data["datasourceUid"],
         pair_rules=data["pairRules"],
+        pair_head_watchdog=data["pairHeadWatchdog"],
         textfile_dir=data["textfileDir"],
         alertmanager_config=data["alertmanagerConfig"],
         warnings=data["warnings"],

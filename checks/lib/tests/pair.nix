@@ -423,6 +423,42 @@ in
     config: h.eq "head beacon has no ExecStop wait" (beacon config).serviceConfig.ExecStop [ ]
   );
 
+  rejoin-on-the-worker = h.check [ worker ] (
+    config:
+    let
+      r = config.systemd.services.vllm-station-pair-rejoin;
+      argv = h.argv r.serviceConfig.ExecStart;
+    in
+    h.eq "the rejoin loop: the local beacon, the head's rendezvous, the worker's own unit" (lib.take 11 argv) [
+      stationExe
+      "pair"
+      "rejoin"
+      "--beacon"
+      "http://${workerIp}:29510/ready"
+      "--head"
+      headIp
+      "--master-port"
+      "29500"
+      "--unit"
+      "vllm-station.service"
+    ]
+    ++ h.ok "the interval and the verdicts" (hasRun argv [ "--interval" "10" "--verdicts" "3" ] != null)
+    ++ h.ok "the serving container is killed after the restart's request (docker)" (
+      hasRun argv [ "--container" "vllm-station" ] != null && lib.elem "--runtime" argv
+    )
+    ++ h.eq "root: systemctl restart" (r.serviceConfig.DynamicUser or false) false
+    ++ h.eq "wantedBy" r.wantedBy [ "multi-user.target" ]
+    ++ h.ok "bounded restarts" (r.startLimitBurst == 5)
+  );
+
+  no-rejoin-on-the-head = h.check [ head ] (
+    config: h.eq "no rejoin unit" (config.systemd.services ? vllm-station-pair-rejoin) false
+  );
+
+  rejoin-can-be-turned-off = h.check (with' worker { services.vllm-station.pair.rejoin.enable = false; }) (
+    config: h.eq "no rejoin unit" (config.systemd.services ? vllm-station-pair-rejoin) false
+  );
+
   head-beacon-watches-no-engine = h.check [ head ] (
     config:
     h.ok "only the worker's beacon reports an engine state (the head's start reads it)" (

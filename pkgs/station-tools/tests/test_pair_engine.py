@@ -8,15 +8,22 @@ real subprocess; `station pair wait-worker` asks it over HTTP.
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
+import stat
+import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from test_pair_cmd import HEAD, HOSTS, WORKER, Beacon, beacons, free_port, start_beacon, wait_worker
+from simserver import SimServer
+from test_pair_cmd import HEAD, HOSTS, STATION, WORKER, Beacon, beacons, free_port, start_beacon, wait_worker
 
+from vllm_station.bench.sim.config import SimConfig
 from vllm_station.cli import main
 from vllm_station.host.tcp import connections_to, parse_table
 from vllm_station.pair.beacon import EngineWatch
@@ -186,3 +193,175 @@ def test_engine_watch_usage_errors(argv: list[str], message: str, capsys: pytest
     assert main(["pair", "beacon", "--bind", WORKER, "--port", str(free_port(WORKER)), *argv]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+# --- the restart in the recipe's order: the head's watchdog and the worker's rejoin ----------------
+
+
+def _systemctl(tmp: Path, side: str, calls: Path) -> Path:
+    """A stand-in for one station's systemctl: records `SIDE ARGS` in the shared `calls` file; `show`
+    answers the state in `<dir>/state`, which `stop` and `start` set (the unit's own work is the test's)."""
+    d = tmp / side
+    d.mkdir()
+    (d / "state").write_text("active")
+    exe = d / "systemctl"
+    exe.write_text(
+        f'#!/bin/sh\necho "{side} $*" >> {calls}\n'
+        'case "$1" in\n'
+        "  show) printf 'ActiveState=%s\\nSubState=x\\nResult=success\\nNRestarts=0\\n' "
+        f"\"$(cat {d}/state)\" ;;\n"
+        f"  stop) echo inactive > {d}/state ;;\n"
+        f"  start|restart) echo active > {d}/state ;;\n"
+        "esac\n"
+    )
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    return exe
+
+
+class Pair:
+    """The head's engine (a wedged simulator), its rendezvous port with the worker's engine joined, the
+    worker's real beacon and (optionally) its real rejoin loop. A thread plays what systemd and the
+    engines do when the stand-in systemctls are called: the head's stop closes the head's session; the
+    worker's restart replaces its engine (a fresh beacon, no connection)."""
+
+    def __init__(self, tmp: Path, beacons: list[Beacon]) -> None:
+        self.tmp, self.beacons = tmp, beacons
+        self.calls = tmp / "calls"
+        self.calls.touch()
+        self.head_ctl = _systemctl(tmp, "A", self.calls)
+        self.worker_ctl = _systemctl(tmp, "B", self.calls)
+        self.session = Session(HEAD, WORKER)
+        self.session.join()
+        self.beacon_port = free_port(WORKER)
+        self.beacon = self._beacon()
+        self.events: list[str] = []
+        self.rejoin: subprocess.Popen[bytes] | None = None
+        self.worker_back_after_head_stop = False  # the worker rebooting: back once the head is down
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._play, daemon=True)
+        self._thread.start()
+
+    def _beacon(self) -> Beacon:
+        b = start_beacon(self.beacons, self.tmp, WORKER, port=self.beacon_port,
+                         extra=("--head", HEAD, "--master-port", str(self.session.port)))  # fmt: skip
+        b.wait_up()
+        return b
+
+    def worker_dies(self) -> None:
+        """Station B goes away (a crash of the machine): nothing answers on its beacon."""
+        self.beacon.stop()
+        if self.session.engine is not None:
+            self.session.engine.close()
+            self.session.engine = None
+        self.worker_back_after_head_stop = True
+
+    def start_rejoin(self) -> None:
+        argv = [*STATION, "pair", "rejoin", "--beacon", self.beacon.url(), "--head", HEAD,
+                "--master-port", str(self.session.port), "--unit", "vllm-station.service",
+                "--systemctl", str(self.worker_ctl), "--interval", "0.3", "--verdicts", "2"]  # fmt: skip
+        with (self.tmp / "rejoin.log").open("wb") as log:
+            self.rejoin = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def _play(self) -> None:
+        seen = 0
+        while not self._stop.is_set():
+            lines = [c for c in self.calls.read_text().splitlines() if " show " not in f"{c} "]
+            for call in lines[seen:]:
+                if call.startswith("A stop"):
+                    self.session.head_dies()
+                    self.events.append("head down")
+                    if self.worker_back_after_head_stop:
+                        self.beacon = self._beacon()
+                        self.events.append("worker back")
+                elif call.startswith("B restart"):
+                    self.beacon.stop()
+                    if self.session.engine is not None:
+                        self.session.engine.close()
+                        self.session.engine = None
+                    self.beacon = self._beacon()
+                    self.events.append("worker restarted")
+            seen = len(lines)
+            time.sleep(0.05)
+
+    def order(self) -> list[str]:
+        return [c for c in self.calls.read_text().splitlines() if c.split()[1] != "show"]
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        if self.rejoin is not None and self.rejoin.poll() is None:
+            os.killpg(self.rejoin.pid, signal.SIGTERM)
+            self.rejoin.wait(timeout=10)
+        self.session.close()
+
+
+@pytest.fixture
+def pair(tmp_path: Path, beacons: list[Beacon]) -> Iterator[Pair]:
+    p = Pair(tmp_path, beacons)
+    yield p
+    p.close()
+
+
+def _head_watchdog(pair: Pair, base_url: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    capsys.readouterr()
+    code = main(
+        ["watchdog", "--base-url", base_url, "--unit", "vllm-station.service", "--systemctl",
+         str(pair.head_ctl), "--interval", "0.5", "--probe-timeout", "0.4", "--wedge-verdicts", "2",
+         "--cycles", "3", "--pair-worker", pair.beacon.url(), "--pair-wait", "30"]
+    )  # fmt: skip
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.timeout(120)
+def test_a_wedged_head_restarts_the_pair_in_the_recipes_order(
+    pair: Pair, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The head wedges with the worker in its session: the head's watchdog stops the head; the worker's
+    rejoin, seeing its session over and the head's port closed, restarts the worker; only when the
+    worker's fresh engine waits for a head does the watchdog start the head."""
+    monkeypatch.delenv("STATION_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    pair.start_rejoin()
+    with SimServer(SimConfig(model="sim", ttft=0.01, itl=0.002, engine="wedge")) as sim:
+        code, err = _head_watchdog(pair, sim.base_url, capsys)
+    assert code == 0, err
+    assert pair.order() == [
+        "A stop --no-block vllm-station.service",
+        "B restart --no-block vllm-station.service",
+        "A start --no-block vllm-station.service",
+    ], (pair.order(), err, (pair.tmp / "rejoin.log").read_text())
+    assert pair.events == ["head down", "worker restarted"]
+    assert "the head's wedge: the worker's engine is in the session" in err
+    assert "the head is down; the worker's engine waits for a head; systemctl start --no-block" in err
+    rejoin = (pair.tmp / "rejoin.log").read_text()
+    assert "the head stops first" in rejoin, "the worker held while the head listened"
+    assert "restarting vllm-station.service so that its engine can join the next head: engine orphaned" in (
+        rejoin
+    )
+
+
+@pytest.mark.timeout(120)
+def test_a_wedge_caused_by_a_dead_worker_is_named_and_the_head_starts_after_the_worker(
+    pair: Pair, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Station B goes away mid-session; the head's engine hangs (a wedge). The watchdog names the worker
+    as the cause, stops the head, and starts it only once the worker's beacon is back, waiting."""
+    monkeypatch.delenv("STATION_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    pair.worker_dies()
+    with SimServer(SimConfig(model="sim", ttft=0.01, itl=0.002, engine="wedge")) as sim:
+        code, err = _head_watchdog(pair, sim.base_url, capsys)
+    assert code == 0, err
+    assert pair.order() == [
+        "A stop --no-block vllm-station.service",
+        "A start --no-block vllm-station.service",
+    ]
+    assert pair.events == ["head down", "worker back"]
+    assert "a wedge caused by the worker: the worker's beacon" in err
+    assert "does not answer as the worker (nothing answered: connection refused)" in err
+    assert "the worker's engine waits for a head; systemctl start --no-block vllm-station.service" in err
+
+
+def test_pair_worker_needs_a_unit(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["watchdog", "--base-url", "http://127.0.0.1:9", "--pair-worker", "http://127.0.0.2:9/ready"])
+    assert code == 2 and "--pair-worker restarts the pair's head: it needs --unit" in capsys.readouterr().err

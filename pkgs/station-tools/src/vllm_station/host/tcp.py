@@ -14,6 +14,7 @@ import ipaddress
 import sys
 from pathlib import Path
 
+from vllm_station import bounded
 from vllm_station.errors import StationError
 
 # include/net/tcp_states.h
@@ -80,7 +81,8 @@ def connections_to(addr: str, port: int, *, proc: Path = Path("/proc/self/net"))
     for table in TABLES:
         path = proc / table
         try:
-            with path.open("rb") as fh:
+            # procfs reports a size of 0: read up to the bound, not by the size
+            with bounded.open_regular(path) as fh:
                 text = fh.read(MAX_TABLE_BYTES).decode("ascii", errors="replace")
         except FileNotFoundError:
             continue  # no IPv6 in this kernel

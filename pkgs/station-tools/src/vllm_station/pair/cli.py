@@ -4,6 +4,7 @@
     station pair wait-head-stop --head ADDR --port PORT --timeout SECONDS --interval SECONDS --unit UNIT
     station pair beacon --bind ADDR --port PORT --role head|worker --rank N [--stamp FILE]
                         [--head ADDR --master-port PORT]
+    station pair rejoin --beacon URL --head ADDR --master-port PORT --unit UNIT --interval S --verdicts N
 
 Exit codes (the family in `vllm_station.errors`): wait-worker 0 the worker is up and its engine waits
 for a head, 1 the worker's engine is in (or ended) a session with an earlier head, or something else
@@ -19,6 +20,7 @@ import sys
 from pathlib import Path
 
 from vllm_station import argtypes
+from vllm_station.errors import UsageError
 from vllm_station.pair import order
 from vllm_station.polling import check_seconds
 
@@ -91,6 +93,34 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="the worker's serving unit: only an active one waits (vllm-station.service)",
     )
 
+    rj = verb(
+        "rejoin",
+        "the worker's vllm-station-pair-rejoin unit: restart the worker's serving unit when its engine's "
+        "session has ended and the head is down (the recipe's order: the head stops first)",
+    )
+    rj.add_argument(
+        "--beacon", type=argtypes.http_url, required=True, metavar="URL", help="the local beacon's /ready"
+    )
+    rj.add_argument("--head", required=True, metavar="ADDR", help="the head's rail address")
+    rj.add_argument(
+        "--master-port", type=argtypes.port(), required=True, help="the head's rendezvous port"
+    )
+    rj.add_argument("--unit", type=argtypes.unit_name, required=True, help="the worker's serving unit")
+    rj.add_argument("--systemctl", default="systemctl", help="the systemctl program (default: from PATH)")
+    rj.add_argument(
+        "--interval", type=argtypes.seconds(hi=3600), default=10.0, metavar="SECONDS",
+        help="seconds between looks (10)",
+    )  # fmt: skip
+    rj.add_argument(
+        "--verdicts", type=argtypes.count(hi=100), default=3,
+        help="consecutive looks that find the session over before the restart (3)",
+    )  # fmt: skip
+    rj.add_argument(
+        "--runtime", help="container runtime (docker, podman): kill the container after the restart's request"
+    )
+    rj.add_argument("--container", help="the serving container's name (with --runtime)")
+    rj.add_argument("--cycles", type=argtypes.count(hi=10**9), default=None, help=argparse.SUPPRESS)
+
     bc = verb("beacon", "serve /ready (role, rank, address) and /stamp on this station's rail address")
     bc.add_argument("--bind", required=True, metavar="ADDR", help="this station's rail address")
     bc.add_argument("--port", type=argtypes.port(), required=True, help="the beacon port (pair.beaconPort)")
@@ -130,6 +160,16 @@ def run(args: argparse.Namespace) -> int:
             args.unit,
             say,
         )
+    if args.verb == "rejoin":
+        from vllm_station.pair import rejoin
+
+        opts = rejoin.RejoinOptions(
+            args.beacon, args.head, args.master_port, args.unit, args.systemctl,
+            check_seconds("--interval", args.interval), args.verdicts, args.runtime, args.container,
+        )  # fmt: skip
+        if (opts.runtime is None) != (opts.container is None):
+            raise UsageError("--runtime and --container go together")
+        return rejoin.rejoin(opts, say, cycles=args.cycles)
     from vllm_station.pair import beacon  # aiohttp: only the beacon needs it
 
     cfg = beacon.BeaconConfig.checked(
