@@ -321,6 +321,41 @@ in
     ++ h.eq "DynamicUser" sc'.DynamicUser true
   );
 
+  # Rank 1 loads only once the head has joined (after its unit is active, which the head waits for):
+  # its weights check is a unit of its own, not a start step that would wait for the head forever.
+  worker-weights-check-is-its-own-unit = h.check [ worker ] (
+    config:
+    let
+      w = config.systemd.services.vllm-station-weights-check;
+    in
+    h.eq "no start step on the worker" (sc config).ExecStartPost [ ]
+    ++ h.eq "weights-check: half the checkpoint for rank 1, waiting as long as a start may" (h.argv w.serviceConfig.ExecStart) [
+      stationExe
+      "weights-check"
+      "--unit"
+      "vllm-station.service"
+      "--checkpoint"
+      "/var/lib/vllm-station-models/glm53"
+      "--tensor-parallel-size"
+      "2"
+      "--wait"
+      (toString config.services.vllm-station.serve.startTimeout)
+    ]
+    ++ h.eq "started with the serving unit, stopped with it" [ w.wantedBy w.bindsTo w.after ] [
+      [ "vllm-station.service" ]
+      [ "vllm-station.service" ]
+      [ "vllm-station.service" ]
+    ]
+    ++ h.eq "PENDING is no verdict" w.serviceConfig.SuccessExitStatus [ 4 ]
+    ++ h.eq "monitoring reads it" config.services.vllm-station.serve.weightsCheckUnit "vllm-station-weights-check.service"
+  );
+
+  no-weights-check-unit-on-the-head = h.check [ head ] (
+    config:
+    h.eq "the head checks as a start step" (config.systemd.services ? vllm-station-weights-check) false
+    ++ h.eq "no unit for monitoring" config.services.vllm-station.serve.weightsCheckUnit null
+  );
+
   nccl-check-gates-the-head = h.check [ head ] (
     config:
     let
