@@ -131,6 +131,14 @@ def test_the_pair_worker_is_monitored_through_the_same_module(r: Rendered, tmp_p
     assert "BindsTo=vllm-station.service" in text and "After=vllm-station.service" in text
     assert "SuccessExitStatus=4" in text, "PENDING (the head never joined) is no verdict on the weights"
 
+    # the rejoin loop's restarts reach the restart alert through the textfile directory
+    line = next(x for x in w["rejoin"].splitlines() if x.startswith("ExecStart="))
+    rejoin = cli.build_parser("pair").parse_args(exec_argv(line.removeprefix("ExecStart="))[1:])
+    assert rejoin.verb == "rejoin" and str(rejoin.textfile_dir) == r.textfile_dir
+    assert f"ReadWritePaths=-{r.textfile_dir}" in w["rejoin"]
+    restarts = next(a for a in _alerts(w["rules"]) if a["alert"] == "VllmStationRestarts")
+    assert "station_pair_rejoin_restarts_total" in restarts["expr"]
+
 
 def test_a_broken_threshold_fails_the_unit_tests(r: Rendered, tmp_path: Path) -> None:
     """The promtool tests can fail: the throughput alert at 50 tok/s no longer fires at 80 tok/s."""

@@ -142,6 +142,11 @@ let
       "--verdicts"
       (toString cfg.rejoin.verdicts)
     ]
+    # Its restarts, for the restart alert (systemd's counter does not count an explicit restart).
+    ++ lib.optionals monitored [
+      "--textfile-dir"
+      contract.textfileDir
+    ]
     # An engine in a dead session finishes nothing: the container is killed after the restart's request.
     ++ lib.optionals (runtime != null) [
       "--runtime"
@@ -150,6 +155,7 @@ let
       contract.unit
     ];
   rejoining = !isHead && cfg.rejoin.enable;
+  monitored = top.monitoring.enable or false;
 
   # Station A shares its verified checkpoint read-only with B's copy unit (`station copy`), an rsync
   # module named after the checkpoint's directory. A config file, not a program.
@@ -595,6 +601,8 @@ in
       serviceConfig = hardening.for [ ] // {
         Type = "exec";
         ExecStart = utils.escapeSystemdExecArgs rejoinArgs;
+        # `-`: the textfile directory exists only with monitoring on (its tmpfiles rule)
+        ReadWritePaths = lib.optional monitored "-${contract.textfileDir}";
         # root (no DynamicUser): restarting a unit is a call to the system manager that only root may make
         Restart = "on-failure";
         RestartSec = 10;

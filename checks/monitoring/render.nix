@@ -85,6 +85,7 @@ else
       nodeExporterCollectors = pairWorker.services.prometheus.exporters.node.enabledCollectors;
       units = lib.attrNames (lib.filterAttrs (n: u: lib.hasPrefix "vllm-station" n && u.enable) pairWorker.systemd.units);
       weightsCheck = builtins.unsafeDiscardStringContext pairWorker.systemd.units."vllm-station-weights-check.service".text;
+      rejoin = builtins.unsafeDiscardStringContext pairWorker.systemd.units."vllm-station-pair-rejoin.service".text;
       warnings = pairWorker.warnings;
     };
     head = {

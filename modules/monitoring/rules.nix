@@ -103,9 +103,9 @@ rec {
                 "A crash or wedge loop: systemd refuses further starts (the unit is failed after its restarts). Restarts often mean the page-cache trap is back (see VllmStationPageCacheHigh). journalctl -u ${servingUnit}; after the fix: systemctl reset-failed ${servingUnit}."
               )
               (alert "VllmStationRestarts" "warning" "0m"
-                ''(sum(increase(node_systemd_service_restart_total{${unit}}[1h])) or vector(0)) + (sum(increase(station_watchdog_restarts_total[1h])) or vector(0)) >= ${num t.restartsPerHour}''
+                ''(sum(increase(node_systemd_service_restart_total{${unit}}[1h])) or vector(0)) + (sum(increase(station_watchdog_restarts_total[1h])) or vector(0)) + (sum(increase(station_pair_rejoin_restarts_total[1h])) or vector(0)) >= ${num t.restartsPerHour}''
                 "${servingUnit} restarted {{ $value | printf \"%.0f\" }} time(s) in the last hour"
-                "Unexpected restarts (systemd's after a crash, the watchdog's after a wedge). A spike often signals the page-cache trap re-appearing; the 4th start within the hour is refused."
+                "Unexpected restarts (systemd's after a crash, the watchdog's after a wedge, a pair worker's rejoin after its head's). A spike often signals the page-cache trap re-appearing; the 4th start within the hour is refused."
               )
             ]
             ++ optional api [

@@ -23,6 +23,7 @@ import pytest
 from simserver import SimServer
 from test_pair_cmd import HEAD, HOSTS, STATION, WORKER, Beacon, beacons, free_port, start_beacon, wait_worker
 
+from vllm_station import textfile
 from vllm_station.bench.sim.config import SimConfig
 from vllm_station.cli import main
 from vllm_station.host.tcp import connections_to, parse_table
@@ -256,9 +257,11 @@ class Pair:
         self.worker_back_after_head_stop = True
 
     def start_rejoin(self) -> None:
+        (self.tmp / "metrics").mkdir()
         argv = [*STATION, "pair", "rejoin", "--beacon", self.beacon.url(), "--head", HEAD,
                 "--master-port", str(self.session.port), "--unit", "vllm-station.service",
-                "--systemctl", str(self.worker_ctl), "--interval", "0.3", "--verdicts", "2"]  # fmt: skip
+                "--systemctl", str(self.worker_ctl), "--interval", "0.3", "--verdicts", "2",
+                "--textfile-dir", str(self.tmp / "metrics")]  # fmt: skip
         with (self.tmp / "rejoin.log").open("wb") as log:
             self.rejoin = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
@@ -338,6 +341,8 @@ def test_a_wedged_head_restarts_the_pair_in_the_recipes_order(
     assert "restarting vllm-station.service so that its engine can join the next head: engine orphaned" in (
         rejoin
     )
+    exported = textfile.read(pair.tmp / "metrics" / "station-pair-rejoin.prom")
+    assert exported["station_pair_rejoin_restarts_total"] == 1, exported
 
 
 @pytest.mark.timeout(120)

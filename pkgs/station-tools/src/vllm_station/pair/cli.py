@@ -119,6 +119,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--runtime", help="container runtime (docker, podman): kill the container after the restart's request"
     )
     rj.add_argument("--container", help="the serving container's name (with --runtime)")
+    rj.add_argument(
+        "--textfile-dir",
+        type=Path,  # not checked when parsed: as the watchdog's (test_architecture_output)
+        default=None,
+        help="node_exporter textfile directory for station-pair-rejoin.prom (default: none, no export)",
+    )
     rj.add_argument("--cycles", type=argtypes.count(hi=10**9), default=None, help=argparse.SUPPRESS)
 
     bc = verb("beacon", "serve /ready (role, rank, address) and /stamp on this station's rail address")
@@ -166,6 +172,7 @@ def run(args: argparse.Namespace) -> int:
         opts = rejoin.RejoinOptions(
             args.beacon, args.head, args.master_port, args.unit, args.systemctl,
             check_seconds("--interval", args.interval), args.verdicts, args.runtime, args.container,
+            args.textfile_dir,
         )  # fmt: skip
         if (opts.runtime is None) != (opts.container is None):
             raise UsageError("--runtime and --container go together")

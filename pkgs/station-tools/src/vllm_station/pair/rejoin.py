@@ -19,6 +19,10 @@ stuck in a dead session finishes nothing, and its graceful stop would wait out t
 Nothing answering on the beacon means the serving unit is not active (systemd restarts it). Each
 restart and each change of what it sees is one line on stderr (the journal).
 
+With `--textfile-dir` each look writes `station-pair-rejoin.prom` for node_exporter's textfile collector:
+`station_pair_rejoin_restarts_total` (the restarts it asked for: systemd's own restart counter does not
+count an explicit restart, and the restart alert adds this one), the engine's state and the look's time.
+
 Exit: runs until stopped (SIGTERM) or for `cycles` looks: 0; 2 on bad arguments.
 """
 
@@ -28,8 +32,10 @@ import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
-from vllm_station.api.beacon import Answer, ask_beacon
+from vllm_station import textfile
+from vllm_station.api.beacon import ENGINE_STATES, Answer, ask_beacon
 from vllm_station.api.transport import SyncHttp
 from vllm_station.errors import EXIT_OK
 from vllm_station.net import bare_host, tcp_probe, url_host
@@ -37,6 +43,7 @@ from vllm_station.net import bare_host, tcp_probe, url_host
 REQUEST_TIMEOUT_S = 3.0
 TCP_CONNECT_TIMEOUT_S = 2.0
 SYSTEMCTL_TIMEOUT_S = 30.0
+TEXTFILE = "station-pair-rejoin.prom"
 
 Say = Callable[[str], None]
 
@@ -52,6 +59,7 @@ class RejoinOptions:
     verdicts: int
     runtime: str | None = None  # the container runtime whose container the restart kills
     container: str | None = None
+    textfile_dir: Path | None = None  # None: no export
 
 
 def stale_reason(answer: Answer, head_listening: bool, head_what: str, target: str) -> str | None:
@@ -81,7 +89,7 @@ def rejoin(
         f"watching the engine on {opts.beacon_url}: {opts.unit} is restarted after {opts.verdicts} looks "
         f"({opts.interval_s:g} s apart) that find its session over while the head ({target}) is down"
     )
-    streak, n, last_seen = 0, 0, ""
+    streak, n, last_seen, restarts = 0, 0, "", 0
     with SyncHttp() as client:
         while cycles is None or n < cycles:
             n += 1
@@ -96,10 +104,32 @@ def rejoin(
             if reason and streak >= opts.verdicts:
                 say(f"restarting {opts.unit} so that its engine can join the next head: {reason}")
                 say(_restart(opts))
+                restarts += 1
                 streak = 0
+            _export(opts, answer, restarts, say)
             if cycles is None or n < cycles:
                 sleep(opts.interval_s)
     return EXIT_OK
+
+
+def _export(opts: RejoinOptions, answer: Answer, restarts: int, say: Say) -> None:
+    if opts.textfile_dir is None:
+        return
+    F, S = textfile.Family, textfile.Sample
+    state = answer.engine.state if answer.worker and answer.engine is not None else "none"
+    families = [
+        F.one("station_pair_rejoin_restarts_total", "Restarts of the worker's unit by the rejoin loop",
+              restarts, "counter"),
+        F("station_pair_rejoin_engine_state", "The worker engine's state at the last look (1 for it)",
+          "gauge", tuple(S(1.0 if name == state else 0.0, {"state": name})
+                         for name in (*ENGINE_STATES, "none"))),
+        F.one("station_pair_rejoin_last_look_timestamp_seconds", "When the rejoin loop last looked (Unix)",
+              time.time()),
+    ]  # fmt: skip
+    try:
+        textfile.write(opts.textfile_dir, TEXTFILE, families)
+    except textfile.TextfileError as err:
+        say(f"metrics not exported: {err}")
 
 
 def _calm(answer: Answer, head_listening: bool, target: str) -> str:
