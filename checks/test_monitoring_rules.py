@@ -30,7 +30,9 @@ from monitoring.rendered import (
     DASHBOARD,
     PAIR_RULES_TEST,
     RULES_TEST,
+    WORKER_RULES_TEST,
     Rendered,
+    exec_argv,
     local_config,
     rendered,
 )
@@ -92,6 +94,51 @@ def test_promtool_unit_tests_pass(r: Rendered, tmp_path: Path) -> None:
     assert station.returncode == 0, station.stdout + station.stderr
     pair = _run_tests(json.dumps(r.pair_rules), PAIR_RULES_TEST, tmp_path)
     assert pair.returncode == 0, pair.stdout + pair.stderr
+    worker = _run_tests(json.dumps(r.worker["rules"]), WORKER_RULES_TEST, tmp_path)
+    assert worker.returncode == 0, worker.stdout + worker.stderr
+
+
+def test_the_pair_worker_is_monitored_through_the_same_module(r: Rendered, tmp_path: Path) -> None:
+    """Station B (headless: no API) with monitoring on: node_exporter exactly as the head's, the unit's,
+    restart, page-cache and exporter alerts and rank 1's weights check; no probe, watchdog or vLLM job."""
+    w = r.worker
+    assert w["warnings"] == [] or all("alertmanagers is empty" in x for x in w["warnings"]), w["warnings"]
+    assert w["nodeExporter"] is True
+    assert (w["nodeExporterFlags"], w["nodeExporterCollectors"]) == (
+        r.head["nodeExporterFlags"],
+        r.head["nodeExporterCollectors"],
+    ), "the same module's node_exporter on both stations"
+    assert f"--collector.textfile.directory={r.textfile_dir}" in w["nodeExporterFlags"]
+    assert "--collector.systemd.enable-restarts-metrics" in w["nodeExporterFlags"]
+    assert w["scrapeJobs"] == ["node"]
+    assert "vllm-station-probe.service" not in w["units"] and "vllm-station-watchdog.service" not in w["units"]
+    assert "vllm-station-weights-check.service" in w["units"]
+    names = {a["alert"] for a in _alerts(w["rules"])}
+    assert {"VllmStationUnitFailed", "VllmStationStartLimitHit", "VllmStationRestarts",
+            "VllmStationPageCacheHigh", "VllmStationWeightsCheckFailed", "VllmStationScrapeDown",
+            "VllmStationScrapeMissing"} == names, names  # fmt: skip
+    path = tmp_path / "worker-rules.json"
+    path.write_text(json.dumps(w["rules"]))
+    proc = subprocess.run([_promtool(), "check", "rules", str(path)], check=False, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0 and f"SUCCESS: {len(names)} rules found" in proc.stdout, proc.stdout + proc.stderr
+
+    # rank 1's weights check: the real CLI parses its command; it waits as long as a start may take
+    line = next(x for x in w["weightsCheck"].splitlines() if x.startswith("ExecStart="))
+    argv = exec_argv(line.removeprefix("ExecStart="))
+    args = cli.build_parser("weights-check").parse_args(argv[1:])
+    assert args.unit == "vllm-station.service" and args.tensor_parallel_size == 2 and args.wait == 1800
+    text = w["weightsCheck"]
+    assert "BindsTo=vllm-station.service" in text and "After=vllm-station.service" in text
+    assert "SuccessExitStatus=4" in text, "PENDING (the head never joined) is no verdict on the weights"
+
+    # the rejoin loop's restarts reach the restart alert through the textfile directory
+    line = next(x for x in w["rejoin"].splitlines() if x.startswith("ExecStart="))
+    rejoin = cli.build_parser("pair").parse_args(exec_argv(line.removeprefix("ExecStart="))[1:])
+    assert rejoin.verb == "rejoin" and str(rejoin.textfile_dir) == r.textfile_dir
+    assert f"ReadWritePaths=-{r.textfile_dir}" in w["rejoin"]
+    restarts = next(a for a in _alerts(w["rules"]) if a["alert"] == "VllmStationRestarts")
+    assert "station_pair_rejoin_restarts_total" in restarts["expr"]
 
 
 def test_a_broken_threshold_fails_the_unit_tests(r: Rendered, tmp_path: Path) -> None:
@@ -219,14 +266,14 @@ def test_alertmanager_warnings_and_assertions(r: Rendered) -> None:
 def test_every_alert_has_a_firing_and_a_quiet_test(r: Rendered) -> None:
     fired: set[str] = set()
     quiet: set[str] = set()
-    for path in (RULES_TEST, PAIR_RULES_TEST):
+    for path in (RULES_TEST, PAIR_RULES_TEST, WORKER_RULES_TEST):
         for case in yaml.safe_load(path.read_text())["tests"]:
             for check in case.get("alert_rule_test", []):
                 (fired if check.get("exp_alerts") else quiet).add(check["alertname"])
-    alerts = {a["alert"] for a in _alerts(r.rules)} | {a["alert"] for a in _alerts(r.pair_rules)}
+    alerts = {a["alert"] for rules in (r.rules, r.pair_rules, r.worker["rules"]) for a in _alerts(rules)}
     assert alerts - fired == set(), "alerts without a test where they fire"
     assert alerts - quiet == set(), "alerts without a test where they stay quiet"
-    assert len(alerts) == 23
+    assert len(alerts) == 24
 
 
 def test_the_rule_file_in_the_config_is_what_the_module_gave_services_prometheus(
@@ -258,7 +305,7 @@ def test_the_rendered_config_passes_promtool(r: Rendered, tmp_path: Path) -> Non
 
 def test_every_rule_and_panel_names_a_metric(r: Rendered) -> None:
     """The extractor the metric-name test relies on finds a metric in every expression."""
-    for rule in _alerts(r.rules) + _alerts(r.pair_rules):
+    for rule in _alerts(r.rules) + _alerts(r.pair_rules) + _alerts(r.worker["rules"]):
         assert promql.metric_names(rule["expr"]), rule["alert"]
     for panel in json.loads(DASHBOARD.read_text())["panels"]:
         for target in panel.get("targets", []):
@@ -294,6 +341,17 @@ def test_the_units_command_lines_parse_with_the_real_station_cli(r: Rendered) ->
     )
     timer = r.units["vllm-station-probe.timer"]
     assert "OnUnitActiveSec=300" in timer and "WantedBy=timers.target" in timer
+    assert watchdog.pair_worker is None, "a station that is no pair's head restarts its unit alone"
+
+
+def test_the_pair_heads_watchdog_restarts_the_pair_in_order(r: Rendered) -> None:
+    """On the pair's head the watchdog knows the worker's beacon (the one the head's start waits for) and
+    waits for the worker as long as that start does (pair.workerWaitSeconds)."""
+    line = next(x for x in r.pair_head_watchdog.splitlines() if x.startswith("ExecStart="))
+    argv = exec_argv(line.removeprefix("ExecStart="))
+    args = cli.build_parser("watchdog").parse_args(argv[1:])
+    assert args.pair_worker == "http://192.168.100.2:29510/ready"
+    assert args.pair_wait == 300 and args.unit == "vllm-station.service"
 
 
 # `systemd-analyze security` exposure (0 best, 10 worst) of the units monitoring renders, as measured on

@@ -39,6 +39,9 @@ MAX_EXPOSURE = {
     "station-a/aarch64-linux/vllm-station-download-glm53.service": 1.4,
     "station-a/aarch64-linux/vllm-station-pair-beacon.service": 1.4,
     "station-b/aarch64-linux/vllm-station-pair-beacon.service": 1.4,
+    # root: restarting the worker's serving unit is a call only root may make (as the watchdog's)
+    "station-b/aarch64-linux/vllm-station-pair-rejoin.service": 1.7,
+    "station-b/aarch64-linux/vllm-station-weights-check.service": 1.7,  # root: it reads the system journal
     "station-a/aarch64-linux/vllm-station-checkpoint-share.service": 1.4,  # rsync daemon, read-only
     "station-b/aarch64-linux/vllm-station-download-glm53.service": 1.4,  # station copy
 }

@@ -368,3 +368,67 @@ def test_a_socket_fallback_fails_the_heads_start(pair: Pair) -> None:
     )
     head.machine.systemctl("stop", SERVE, check=False, timeout=120)
     worker.machine.systemctl("stop", SERVE, check=False, timeout=120)
+
+
+REJOIN = "vllm-station-pair-rejoin.service"
+
+
+def _head_ready_log(head: Station) -> None:
+    """The head's engine prints the GPUDirect RDMA excerpt (nccl-check passes), as the fixture set it."""
+    nccl_lines = (NCCL / "gdrdma.log").read_text().splitlines(keepends=True)
+    head.machine.write(ENGINE_LOG, "".join(line for line in nccl_lines if "Model loading" not in line))
+
+
+def test_a_worker_left_in_a_dead_session_fails_the_heads_start_fast_then_rejoins(pair: Pair) -> None:
+    """The head's engine goes away while the worker's engine holds its session: the worker's beacon says
+    `orphaned`; the head's next start is refused at its wait-worker step within seconds, naming the worker
+    and the state, instead of hanging until the 1,800 s start timeout. Then the worker's rejoin unit,
+    seeing the head down, restarts the worker, and the head's next start serves again."""
+    head, worker = pair.head, pair.worker
+    _head_ready_log(head)
+    for st in (head, worker):
+        st.machine.systemctl("stop", SERVE, check=False, timeout=180)
+        st.machine.systemctl("reset-failed", SERVE, check=False)  # the start limit's count, anew
+    worker.machine.systemctl("stop", REJOIN)  # hold the worker's own restart: the state the gate must see
+    worker.machine.systemctl("start", SERVE, timeout=180)
+    head.machine.systemctl("start", SERVE, timeout=240)
+    assert head.state()["ActiveState"] == "active"
+    worker.wait_for("the worker's engine in the head's session",
+                    lambda: "engine joined:" in worker.machine.journal(BEACON), 60)  # fmt: skip
+
+    head.machine.systemctl("stop", SERVE, timeout=180)  # the head's engine ends; the worker does not notice
+    worker.wait_for("the worker's session over",
+                    lambda: "engine orphaned:" in worker.machine.journal(BEACON), 60)  # fmt: skip
+    assert worker.state()["ActiveState"] == "active", "the worker's unit stays active: only its beacon tells"
+    t0 = time.monotonic()
+    proc = head.machine.run(["systemctl", "start", SERVE], check=False, timeout=600)
+    refused_s = round(time.monotonic() - t0, 1)
+    assert proc.returncode != 0, "the head's start is refused"
+    journal = head.machine.journal(SERVE)
+    refusal = f"the worker {WORKER_IP} is up, but its engine is not ready for a new head: engine orphaned"
+    assert refusal in journal, journal[-3000:]
+    assert "Restart the worker first" in journal
+    FIGURES.record("pair: head start refused, worker in a dead session (s)", refused_s)
+    assert refused_s < 600, "well within the 1,800 s start timeout it hung to before"
+
+    # the worker's rejoin restarts it (the head is down); the head's restart then serves again
+    t1 = time.monotonic()
+    before = worker.machine.show(SERVE, "InvocationID")["InvocationID"]
+    worker.machine.systemctl("start", REJOIN)
+    worker.wait_for("the worker restarted by its rejoin unit",
+                    lambda: worker.machine.show(SERVE, "InvocationID")["InvocationID"] != before, 180)  # fmt: skip
+    FIGURES.record("pair: rejoin, look to worker restarted (s)", round(time.monotonic() - t1, 1))
+    assert "so that its engine can join the next head: engine orphaned" in worker.machine.journal(REJOIN)
+    worker.wait_state("active", 120)
+    worker.wait_state("active", 60, BEACON)
+    # the head's own retry (Restart=always, 60 s later) may meet its start limit here: the tier's earlier
+    # starts count. Start it as an operator would, after reset-failed.
+    head.machine.systemctl("reset-failed", SERVE, check=False)
+    t2 = time.monotonic()
+    head.machine.systemctl("start", SERVE, timeout=240)
+    head.wait_state("active", 60)
+    FIGURES.record("pair: head start after the worker's rejoin, to active (s)", round(time.monotonic() - t2, 1))
+    journal = head.machine.journal(SERVE)
+    assert f"worker {WORKER_IP} is up (rank 1), its engine waits for a head" in journal, journal[-3000:]
+    head.machine.systemctl("stop", SERVE, check=False, timeout=180)
+    worker.machine.systemctl("stop", SERVE, check=False, timeout=180)

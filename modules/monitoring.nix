@@ -87,6 +87,9 @@ let
     servedName
   ];
 
+  # The worker's beacon the head's start waits for (pair.nix fills it on the pair's head only).
+  pairWorker = serve.inputs.waitForWorker;
+
   watchdogArgs = [
     station
     "watchdog"
@@ -114,6 +117,14 @@ let
     "--api-key-file"
     serve.apiKeyFile
   ]
+  # The pair's head: a wedge restarts the pair in the recipe's order (stop the head; the worker's own
+  # rejoin unit restarts the worker; start the head), waiting for the worker as the head's start does.
+  ++ optionals (pairWorker != null) [
+    "--pair-worker"
+    pairWorker.url
+    "--pair-wait"
+    (toString pairWorker.timeout)
+  ]
   # A wedge restart kills the container once systemd has the restart: the unit's graceful stop would
   # wait out vLLM's --shutdown-timeout for requests a wedged engine never finishes.
   ++ optionals (serve.preflight.settings.runtime or null != null) [
@@ -128,13 +139,17 @@ let
   nginxExporter = config.services.prometheus.exporters.nginx;
 
   target = address: [ { targets = [ address ]; } ];
+  # A headless pair worker (station B) serves no API: no vLLM scrape, probe or watchdog there; node_exporter,
+  # the unit's restart and page-cache alerts and its weights check, through this same module.
+  api = !serve.headless;
+  inherit (serve) weightsCheckUnit;
   scrapeConfigs =
-    [
-      {
-        job_name = jobs.vllm;
-        scrape_interval = cfg.scrapeInterval;
-        static_configs = target cfg.vllmAddress;
-      }
+    optional api {
+      job_name = jobs.vllm;
+      scrape_interval = cfg.scrapeInterval;
+      static_configs = target cfg.vllmAddress;
+    }
+    ++ [
       {
         job_name = jobs.node;
         scrape_interval = cfg.scrapeInterval;
@@ -164,6 +179,7 @@ let
     watchdogIntervalSeconds = cfg.watchdog.interval;
     wedgeVerdicts = cfg.watchdog.wedgeVerdicts;
     pair = config.services.vllm-station.pair.enable && config.services.vllm-station.pair.role == "head";
+    inherit api weightsCheckUnit;
   };
 
   # ---- the Alertmanager (`alertmanager.*`): one receiver with every declared webhook and e-mail ----
@@ -289,8 +305,9 @@ in
     probe = {
       enable = mkOption {
         type = types.bool;
-        default = true;
-        description = "Run `station probe` from a timer (1 user: tok/s, TTFT, a tool call).";
+        default = !serve.headless;
+        defaultText = literalExpression "!config.services.vllm-station.serve.headless";
+        description = "Run `station probe` from a timer (1 user: tok/s, TTFT, a tool call). Not on a headless pair worker (no API).";
       };
       interval = mkOption {
         type = types.ints.between 30 86400;
@@ -321,8 +338,11 @@ in
     watchdog = {
       enable = mkOption {
         type = types.bool;
-        default = true;
+        default = !serve.headless;
+        defaultText = literalExpression "!config.services.vllm-station.serve.headless";
         description = ''
+          Not on a headless pair worker (no API: the head's watchdog restarts the pair, the worker's
+          `vllm-station-pair-rejoin` unit its own side).
           Run `station watchdog`: restart the serving unit (through systemd, so the start limit counts it)
           after `wedgeVerdicts` looks in a row that find the 1-token probe failing and vLLM's /metrics
           without progress. A slow probe during a long prefill is not a wedge: the KV cache still moves.
@@ -452,8 +472,16 @@ in
     {
       assertions = [
         {
-          assertion = serve.enable && !serve.headless;
-          message = "services.vllm-station.monitoring: needs a station that serves the API: set services.vllm-station.serve.enable = true (a headless pair worker has no API; monitor the head).";
+          assertion = serve.enable;
+          message = "services.vllm-station.monitoring: needs the serving unit: set services.vllm-station.serve.enable = true.";
+        }
+        {
+          assertion = api || !cfg.probe.enable;
+          message = "services.vllm-station.monitoring.probe.enable: a headless pair worker has no API to probe; set it to false (the head's probe covers the pair).";
+        }
+        {
+          assertion = api || !cfg.watchdog.enable;
+          message = "services.vllm-station.monitoring.watchdog.enable: a headless pair worker has no API to watch; set it to false (the head's watchdog restarts the pair, the worker's vllm-station-pair-rejoin unit its side).";
         }
         {
           assertion = !am.enable || hasReceiver;

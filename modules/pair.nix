@@ -93,6 +93,14 @@ let
     ++ lib.optionals servesLocalModel [
       "--stamp"
       (contract.stampOf serve.checkpointDir)
+    ]
+    # The worker's beacon reports its engine's state (waiting / joined / orphaned) from the engine's
+    # connection to the head's rendezvous port: the head's start refuses a worker still in an old session.
+    ++ lib.optionals (!isHead) [
+      "--head"
+      headAddress
+      "--master-port"
+      (toString cfg.masterPort)
     ];
 
   # The worker beacon's ExecStop: let the head go first (bounded).
@@ -111,6 +119,43 @@ let
     "--unit"
     "${contract.unit}.service"
   ];
+
+  # The worker's rejoin loop: restart the worker once its session is over and the head is down.
+  runtime = serve.preflight.settings.runtime or null;
+  rejoinArgs =
+    [
+      station
+      "pair"
+      "rejoin"
+      "--beacon"
+      "http://${urlHost workerAddress}:${toString cfg.beaconPort}/ready"
+      "--head"
+      headAddress
+      "--master-port"
+      (toString cfg.masterPort)
+      "--unit"
+      "${contract.unit}.service"
+      "--systemctl"
+      (lib.getExe' config.systemd.package "systemctl")
+      "--interval"
+      (toString cfg.rejoin.interval)
+      "--verdicts"
+      (toString cfg.rejoin.verdicts)
+    ]
+    # Its restarts, for the restart alert (systemd's counter does not count an explicit restart).
+    ++ lib.optionals monitored [
+      "--textfile-dir"
+      contract.textfileDir
+    ]
+    # An engine in a dead session finishes nothing: the container is killed after the restart's request.
+    ++ lib.optionals (runtime != null) [
+      "--runtime"
+      runtime
+      "--container"
+      contract.unit
+    ];
+  rejoining = !isHead && cfg.rejoin.enable;
+  monitored = top.monitoring.enable or false;
 
   # Station A shares its verified checkpoint read-only with B's copy unit (`station copy`), an rsync
   # module named after the checkpoint's directory. A config file, not a program.
@@ -348,6 +393,31 @@ in
       };
     };
 
+    rejoin = {
+      enable = mkOption {
+        type = types.bool;
+        default = true;
+        description = ''
+          On the worker: `${contract.rejoinUnit}` (`station pair rejoin`) restarts the worker's serving unit
+          when its engine's session with the head is over (the beacon reports it `orphaned`, or `joined`
+          to a head port that no longer answers) while the head is down — the second step of the
+          recipe's order (stop the head, then the worker; start the worker, then the head). A headless
+          vLLM worker never joins a second head: without this, after the head's crash or reboot the
+          worker must be restarted by hand before the head can start.
+        '';
+      };
+      interval = mkOption {
+        type = types.ints.between 1 3600;
+        default = 10;
+        description = "Seconds between the rejoin loop's looks.";
+      };
+      verdicts = mkOption {
+        type = types.ints.between 1 100;
+        default = 3;
+        description = "Consecutive looks that find the session over (and the head down) before the restart.";
+      };
+    };
+
     checkpointShare = {
       enable = mkOption {
         type = types.bool;
@@ -518,6 +588,24 @@ in
         TimeoutStopSec = cfg.headStopWaitSeconds + 30;
         Restart = "on-failure";
         RestartSec = 5;
+      };
+    };
+
+    systemd.services.${contract.rejoinUnit} = mkIf rejoining {
+      description = "vllm-station pair: restart the worker once its session with the head is over and the head is down";
+      wantedBy = [ "multi-user.target" ];
+      after = [ "${contract.unit}.service" ];
+      # A rejoin loop that keeps failing stays failed (node_exporter shows it) instead of looping.
+      startLimitBurst = 5;
+      startLimitIntervalSec = 600;
+      serviceConfig = hardening.for [ ] // {
+        Type = "exec";
+        ExecStart = utils.escapeSystemdExecArgs rejoinArgs;
+        # `-`: the textfile directory exists only with monitoring on (its tmpfiles rule)
+        ReadWritePaths = lib.optional monitored "-${contract.textfileDir}";
+        # root (no DynamicUser): restarting a unit is a call to the system manager that only root may make
+        Restart = "on-failure";
+        RestartSec = 10;
       };
     };
 

@@ -366,21 +366,24 @@ let
     ++ optional cfg.preflight.enable ("+" + utils.escapeSystemdExecArgs preflightArgs);
 
   # 7. Did each local rank load its share of the weights? (tensor parallelism applied; docs/weights-check.md)
-  weightsCheckCommand =
-    "+"
-    + utils.escapeSystemdExecArgs [
-      station
-      "weights-check"
-      "--unit"
-      "${name}.service"
-      "--checkpoint"
-      modelPath
-      "--tensor-parallel-size"
-      (toString cfg.tensorParallelSize)
-      "--wait"
-      (toString cfg.weightsCheck.waitSeconds)
-    ];
+  weightsCheckArgs = wait: [
+    station
+    "weights-check"
+    "--unit"
+    "${name}.service"
+    "--checkpoint"
+    modelPath
+    "--tensor-parallel-size"
+    (toString cfg.tensorParallelSize)
+    "--wait"
+    (toString wait)
+  ];
+  weightsCheckCommand = "+" + utils.escapeSystemdExecArgs (weightsCheckArgs cfg.weightsCheck.waitSeconds);
   weightsChecked = cfg.weightsCheck.enable && !cfg.headless && servesLocalModel;
+  # A headless worker (pair rank 1) loads its share only once the head has joined, and the head waits for
+  # the worker's unit to be active: a start step would wait for a head that waits for it. Its own unit
+  # instead, started with each start of the serving unit, waiting as long as a start may take.
+  workerWeightsChecked = cfg.weightsCheck.enable && cfg.headless && servesLocalModel;
 
   execStartPost =
     optional (!cfg.headless) waitReadyCommand
@@ -848,6 +851,19 @@ in
       '';
     };
 
+    weightsCheckUnit = mkOption {
+      type = types.nullOr types.str;
+      readOnly = true;
+      internal = true;
+      default = if workerWeightsChecked then "${contract.weightsCheckUnit}.service" else null;
+      defaultText = literalExpression "the headless worker's weights-check unit, or null";
+      description = ''
+        The unit that checks a headless worker's share of the weights (its engine loads only once the
+        head has joined, after the serving unit is active); null where the check is a start step (or off).
+        Monitoring alerts on its failure.
+      '';
+    };
+
     startCondition = mkOption {
       type = types.nullOr types.str;
       readOnly = true;
@@ -989,6 +1005,21 @@ in
       environment.etc."${lib.removePrefix "/etc/" contract.preflightConfig}".text =
         builtins.toJSON cfg.preflight.settings;
       services.vllm-station.secrets.units = lib.optionalAttrs (secretFiles != [ ]) { ${name} = secretFiles; };
+
+      systemd.services.${contract.weightsCheckUnit} = lib.mkIf workerWeightsChecked {
+        description = "vllm-station: this rank holds its share of the weights (station weights-check, headless worker)";
+        wantedBy = [ "${name}.service" ];
+        bindsTo = [ "${name}.service" ];
+        after = [ "${name}.service" ];
+        serviceConfig = hardening.for [ ] // {
+          Type = "oneshot";
+          # root (no DynamicUser): it reads the system journal, as the head's step 7 (`+`) does
+          ExecStart = utils.escapeSystemdExecArgs (weightsCheckArgs cfg.startTimeout);
+          # 4 = PENDING: no loading line within the wait (the head never joined); not a verdict on the weights
+          SuccessExitStatus = [ 4 ];
+          TimeoutStartSec = cfg.startTimeout + 60;
+        };
+      };
 
       systemd.services.${name} = {
         description = "vLLM OpenAI-compatible server (vllm-station)";

@@ -13,6 +13,9 @@
 #   nodeExporterArgs  the node exporter's ExecStart, split into arguments
 #   dashboardsPath  what Grafana's provider is told to read; datasourceUid the data source's uid
 #   pairRules       the rule file of a pair's head (station-a with monitoring on): the NCCL alert
+#   pairHeadWatchdog  the pair head's watchdog unit (a wedge restarts the pair in the recipe's order)
+#   worker          station-b with monitoring on: its rule file, scrape jobs, node exporter, units, the
+#                   weights-check unit; head: station-a's node exporter (the same module's)
 #   textfileDir     the contract's directory
 #   alertmanagerConfig  alertmanager.yml as nixpkgs' module writes it (builtins.toJSON of its `configuration`)
 #   warnings        monitored-station's warnings (none) and, per variant, the warnings or failed assertions
@@ -29,6 +32,13 @@ let
       ../examples/station-a.nix
       { services.vllm-station.monitoring.enable = true; } # the only difference from the example
     ] "aarch64-linux").config;
+  # Station B with monitoring on, through the same module: a headless worker (no API).
+  pairWorker =
+    (evalExample [
+      ../examples/station-b.nix
+      { services.vllm-station.monitoring.enable = true; } # the only difference from the example
+    ] "aarch64-linux").config;
+  workerFailed = map (a: a.message) (lib.filter (a: !a.assertion) pairWorker.assertions);
   text = name: builtins.unsafeDiscardStringContext config.systemd.units.${name}.text;
   failed = map (a: a.message) (lib.filter (a: !a.assertion) config.assertions);
   promText = config.systemd.units."prometheus.service".text;
@@ -47,6 +57,8 @@ let
 in
 if failed != [ ] then
   throw "assertions failed:\n${lib.concatStringsSep "\n" failed}"
+else if workerFailed != [ ] then
+  throw "station-b with monitoring: assertions failed:\n${lib.concatStringsSep "\n" workerFailed}"
 else
   {
     prometheusDrvs = lib.attrNames (lib.filterAttrs (_: c: c ? outputs) (builtins.getContext promText));
@@ -65,6 +77,22 @@ else
     dashboardsPath = builtins.unsafeDiscardStringContext "${provider.options.path}";
     datasourceUid = (builtins.head config.services.grafana.provision.datasources.settings.datasources).uid;
     pairRules = pairHead.services.vllm-station.monitoring.rules;
+    worker = {
+      rules = pairWorker.services.vllm-station.monitoring.rules;
+      scrapeJobs = map (c: c.job_name) pairWorker.services.prometheus.scrapeConfigs;
+      nodeExporter = pairWorker.services.prometheus.exporters.node.enable;
+      nodeExporterFlags = pairWorker.services.prometheus.exporters.node.extraFlags;
+      nodeExporterCollectors = pairWorker.services.prometheus.exporters.node.enabledCollectors;
+      units = lib.attrNames (lib.filterAttrs (n: u: lib.hasPrefix "vllm-station" n && u.enable) pairWorker.systemd.units);
+      weightsCheck = builtins.unsafeDiscardStringContext pairWorker.systemd.units."vllm-station-weights-check.service".text;
+      rejoin = builtins.unsafeDiscardStringContext pairWorker.systemd.units."vllm-station-pair-rejoin.service".text;
+      warnings = pairWorker.warnings;
+    };
+    head = {
+      nodeExporterFlags = pairHead.services.prometheus.exporters.node.extraFlags;
+      nodeExporterCollectors = pairHead.services.prometheus.exporters.node.enabledCollectors;
+    };
+    pairHeadWatchdog = builtins.unsafeDiscardStringContext pairHead.systemd.units."vllm-station-watchdog.service".text;
     inherit (contract) textfileDir;
     alertmanagerConfig = builtins.toJSON config.services.prometheus.alertmanager.configuration;
     warnings = config.warnings;

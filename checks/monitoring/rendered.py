@@ -23,6 +23,7 @@ HERE = Path(__file__).resolve().parent
 RENDER = HERE / "render.nix"
 RULES_TEST = HERE / "rules.test.yml"
 PAIR_RULES_TEST = HERE / "rules-pair.test.yml"
+WORKER_RULES_TEST = HERE / "rules-worker.test.yml"
 DASHBOARD = REPO / "modules" / "monitoring" / "dashboards" / "vllm-station.json"
 
 
@@ -45,6 +46,9 @@ class Rendered:
     dashboards_path: str
     datasource_uid: str
     pair_rules: dict[str, Any]
+    pair_head_watchdog: str  # the pair head's vllm-station-watchdog.service
+    worker: dict[str, Any]  # station-b with monitoring on (render.nix `worker`)
+    head: dict[str, Any]  # station-a with monitoring on: its node exporter
     textfile_dir: str
     alertmanager_config: str  # alertmanager.yml (JSON) as nixpkgs' module writes it
     warnings: list[str]
@@ -131,6 +135,9 @@ def rendered() -> Rendered:
         dashboards_path=data["dashboardsPath"],
         datasource_uid=data["datasourceUid"],
         pair_rules=data["pairRules"],
+        pair_head_watchdog=data["pairHeadWatchdog"],
+        worker=data["worker"],
+        head=data["head"],
         textfile_dir=data["textfileDir"],
         alertmanager_config=data["alertmanagerConfig"],
         warnings=data["warnings"],

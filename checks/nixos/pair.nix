@@ -232,7 +232,7 @@ let
             "vllm-station.service"
           ]
         )
-        ++ eq "beacon: station pair beacon on the rail address, serving the local stamp" (argv (builtins.head (bv "ExecStart"))) [
+        ++ eq "beacon: station pair beacon on the rail address, serving the local stamp" (argv (builtins.head (bv "ExecStart"))) ([
           station
           "pair"
           "beacon"
@@ -247,10 +247,45 @@ let
           "--stamp"
           stamp
         ]
+        ++ lib.optionals (!isHead) [
+          "--head"
+          headIp
+          "--master-port"
+          "29500"
+        ])
         ++ ok "beacon is pulled in by vllm-station" (
           lib.elem "vllm-station-pair-beacon.service" config.systemd.services.vllm-station.wants
           || lib.elem "vllm-station.service" config.systemd.services.vllm-station-pair-beacon.wantedBy
         );
+
+      # The worker's half of the restart in the recipe's order: restart the worker once the head is down
+      # and its session over (the head's half is the head's watchdog, with monitoring on).
+      rejoin =
+        if isHead then
+          eq "no rejoin unit on the head" (config.systemd.units ? "vllm-station-pair-rejoin.service") false
+        else
+          let
+            r = sections (unitText config "vllm-station-pair-rejoin.service");
+            rv = values (r.Service or [ ]);
+            rargv = argv (builtins.head (rv "ExecStart"));
+          in
+          eq "rejoin: the local beacon, the head's rendezvous, the worker's own unit" (lib.take 10 (lib.drop 1 rargv)) [
+            "pair"
+            "rejoin"
+            "--beacon"
+            "http://${workerIp}:29510/ready"
+            "--head"
+            headIp
+            "--master-port"
+            "29500"
+            "--unit"
+            "vllm-station.service"
+          ]
+          ++ ok "rejoin runs systemctl of this system" (lib.any (lib.hasSuffix "/bin/systemctl") rargv)
+          ++ ok "rejoin kills the serving container after the restart's request" (
+            lib.any (lib.hasSuffix "/bin/docker") rargv && lib.elem "vllm-station" rargv
+          )
+          ++ eq "rejoin: StartLimitBurst under [Unit]" (values (r.Unit or [ ]) "StartLimitBurst") [ "5" ];
 
       firewall =
         eq "extraCommands rules" (lib.filter (l: lib.hasInfix "nixos-fw-accept" l) (lib.splitString "\n" fw.extraCommands)) (

@@ -66,7 +66,13 @@ rec {
   revisionsDirName = "revisions";
   revisionDir = dir: revision: "${dir}/${revisionsDirName}/${revision}";
 
+  # A headless pair worker's weights check (serve.nix): its engine loads only once the head has joined,
+  # after its unit is active, so the check is a unit of its own, not a start step.
+  weightsCheckUnit = "${unit}-weights-check";
   beaconUnit = "vllm-station-pair-beacon";
+  # The worker's half of the pair's restart in the recipe's order (`station pair rejoin`, pair.nix): it
+  # restarts the worker's serving unit once the head is down and the worker's session is over.
+  rejoinUnit = "vllm-station-pair-rejoin";
   # Station A's verified checkpoint, read-only over the rail, for station B's copy unit (`station copy`).
   shareUnit = "vllm-station-checkpoint-share";
   shareConfig = "${etcDir}/rsyncd.conf";

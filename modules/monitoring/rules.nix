@@ -56,6 +56,10 @@ rec {
       watchdogIntervalSeconds ? 30,
       wedgeVerdicts ? 3,
       pair ? false,
+      # false: a headless pair worker (no API): only the unit's state, its restarts, the page cache, the
+      # exporters and the worker's weights check (`weightsCheckUnit`) are judged there
+      api ? true,
+      weightsCheckUnit ? null,
     }:
     let
       t = defaults // thresholds;
@@ -99,10 +103,12 @@ rec {
                 "A crash or wedge loop: systemd refuses further starts (the unit is failed after its restarts). Restarts often mean the page-cache trap is back (see VllmStationPageCacheHigh). journalctl -u ${servingUnit}; after the fix: systemctl reset-failed ${servingUnit}."
               )
               (alert "VllmStationRestarts" "warning" "0m"
-                ''(sum(increase(node_systemd_service_restart_total{${unit}}[1h])) or vector(0)) + (sum(increase(station_watchdog_restarts_total[1h])) or vector(0)) >= ${num t.restartsPerHour}''
+                ''(sum(increase(node_systemd_service_restart_total{${unit}}[1h])) or vector(0)) + (sum(increase(station_watchdog_restarts_total[1h])) or vector(0)) + (sum(increase(station_pair_rejoin_restarts_total[1h])) or vector(0)) >= ${num t.restartsPerHour}''
                 "${servingUnit} restarted {{ $value | printf \"%.0f\" }} time(s) in the last hour"
-                "Unexpected restarts (systemd's after a crash, the watchdog's after a wedge). A spike often signals the page-cache trap re-appearing; the 4th start within the hour is refused."
+                "Unexpected restarts (systemd's after a crash, the watchdog's after a wedge, a pair worker's rejoin after its head's). A spike often signals the page-cache trap re-appearing; the 4th start within the hour is refused."
               )
+            ]
+            ++ optional api [
               (alert "VllmStationEngineDown" "critical" "2m"
                 ''up{job="${vllmJob}"} == 0 and on() node_systemd_unit_state{${unit},state="active"} == 1''
                 "vLLM's /metrics does not answer while ${servingUnit} is active"
@@ -203,6 +209,13 @@ rec {
                 "station_page_cache_file_pages_bytes > ${num t.pageCacheGiB} * 2^30"
                 "{{ $value | humanize1024 }}B of page cache on the GPU's NUMA node ({{ $labels.source }})"
                 "FilePages of NUMA node {{ $labels.node }} (the GPU's HBM) after the drop: the page-cache trap. Bind bulk I/O to node 0 (station numa-exec --membind 0)."
+              )
+            ]
+            ++ optional (weightsCheckUnit != null) [
+              (alert "VllmStationWeightsCheckFailed" "critical" "0m"
+                ''node_systemd_unit_state{name="${weightsCheckUnit}",state="failed"} == 1''
+                "This rank does not hold its share of the weights"
+                "station weights-check (${weightsCheckUnit}) found this rank's model-loading figure far from the checkpoint's share per rank (each GPU of the pair holds about half): tensor parallelism not applied, or a skewed split. journalctl -u ${weightsCheckUnit}."
               )
             ]
             ++ (

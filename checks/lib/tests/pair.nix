@@ -268,7 +268,7 @@ in
     h.eq "bindsTo" b.bindsTo [ "vllm-station.service" ]
     ++ h.eq "after (so it stops first)" b.after [ "vllm-station.service" ]
     ++ h.eq "wantedBy" b.wantedBy [ "vllm-station.service" ]
-    ++ h.eq "the beacon: role, rank, rail address, the local stamp" (h.argv b.serviceConfig.ExecStart) [
+    ++ h.eq "the beacon: role, rank, rail address, the local stamp, the head's rendezvous (engine state)" (h.argv b.serviceConfig.ExecStart) [
       stationExe
       "pair"
       "beacon"
@@ -282,6 +282,10 @@ in
       "1"
       "--stamp"
       "/var/lib/vllm-station-models/glm53/.station-verified.json"
+      "--head"
+      headIp
+      "--master-port"
+      "29500"
     ]
     ++ h.eq "ExecStop waits for the head's master port, bounded" (map h.argv b.serviceConfig.ExecStop) [
       [
@@ -315,6 +319,41 @@ in
     in
     h.eq "every base setting, unrelaxed" (builtins.intersectAttrs base sc') base
     ++ h.eq "DynamicUser" sc'.DynamicUser true
+  );
+
+  # Rank 1 loads only once the head has joined (after its unit is active, which the head waits for):
+  # its weights check is a unit of its own, not a start step that would wait for the head forever.
+  worker-weights-check-is-its-own-unit = h.check [ worker ] (
+    config:
+    let
+      w = config.systemd.services.vllm-station-weights-check;
+    in
+    h.eq "no start step on the worker" (sc config).ExecStartPost [ ]
+    ++ h.eq "weights-check: half the checkpoint for rank 1, waiting as long as a start may" (h.argv w.serviceConfig.ExecStart) [
+      stationExe
+      "weights-check"
+      "--unit"
+      "vllm-station.service"
+      "--checkpoint"
+      "/var/lib/vllm-station-models/glm53"
+      "--tensor-parallel-size"
+      "2"
+      "--wait"
+      (toString config.services.vllm-station.serve.startTimeout)
+    ]
+    ++ h.eq "started with the serving unit, stopped with it" [ w.wantedBy w.bindsTo w.after ] [
+      [ "vllm-station.service" ]
+      [ "vllm-station.service" ]
+      [ "vllm-station.service" ]
+    ]
+    ++ h.eq "PENDING is no verdict" w.serviceConfig.SuccessExitStatus [ 4 ]
+    ++ h.eq "monitoring reads it" config.services.vllm-station.serve.weightsCheckUnit "vllm-station-weights-check.service"
+  );
+
+  no-weights-check-unit-on-the-head = h.check [ head ] (
+    config:
+    h.eq "the head checks as a start step" (config.systemd.services ? vllm-station-weights-check) false
+    ++ h.eq "no unit for monitoring" config.services.vllm-station.serve.weightsCheckUnit null
   );
 
   nccl-check-gates-the-head = h.check [ head ] (
@@ -417,6 +456,49 @@ in
 
   order-head-stops-freely = h.check [ head ] (
     config: h.eq "head beacon has no ExecStop wait" (beacon config).serviceConfig.ExecStop [ ]
+  );
+
+  rejoin-on-the-worker = h.check [ worker ] (
+    config:
+    let
+      r = config.systemd.services.vllm-station-pair-rejoin;
+      argv = h.argv r.serviceConfig.ExecStart;
+    in
+    h.eq "the rejoin loop: the local beacon, the head's rendezvous, the worker's own unit" (lib.take 11 argv) [
+      stationExe
+      "pair"
+      "rejoin"
+      "--beacon"
+      "http://${workerIp}:29510/ready"
+      "--head"
+      headIp
+      "--master-port"
+      "29500"
+      "--unit"
+      "vllm-station.service"
+    ]
+    ++ h.ok "the interval and the verdicts" (hasRun argv [ "--interval" "10" "--verdicts" "3" ] != null)
+    ++ h.ok "the serving container is killed after the restart's request (docker)" (
+      hasRun argv [ "--container" "vllm-station" ] != null && lib.elem "--runtime" argv
+    )
+    ++ h.eq "root: systemctl restart" (r.serviceConfig.DynamicUser or false) false
+    ++ h.eq "wantedBy" r.wantedBy [ "multi-user.target" ]
+    ++ h.ok "bounded restarts" (r.startLimitBurst == 5)
+  );
+
+  no-rejoin-on-the-head = h.check [ head ] (
+    config: h.eq "no rejoin unit" (config.systemd.services ? vllm-station-pair-rejoin) false
+  );
+
+  rejoin-can-be-turned-off = h.check (with' worker { services.vllm-station.pair.rejoin.enable = false; }) (
+    config: h.eq "no rejoin unit" (config.systemd.services ? vllm-station-pair-rejoin) false
+  );
+
+  head-beacon-watches-no-engine = h.check [ head ] (
+    config:
+    h.ok "only the worker's beacon reports an engine state (the head's start reads it)" (
+      !(lib.elem "--head" (h.argv (beacon config).serviceConfig.ExecStart))
+    )
   );
 
   preflight-settings = h.check [ worker ] (

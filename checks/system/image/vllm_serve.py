@@ -5,7 +5,7 @@ arguments (model first, then the flags). It prints them (the tests compare them 
 unit), serves the OpenAI API with `station simulate` on the same host/port/served name, requires
 VLLM_API_KEY when the unit hands one over, and prints the file /var/lib/vllm-station/engine.log when
 a test put one there (e.g. an NCCL transport excerpt for `station nccl-check`). Rank 0 of a pair listens on the master
-port. SIGTERM: exit 0.
+port; rank 1 dials it and holds the connection (its session). SIGTERM: exit 0.
 """
 
 from __future__ import annotations
@@ -35,15 +35,36 @@ def flag(args: list[str], name: str, default: str) -> str:
 
 def rendezvous(host: str, port: int) -> None:
     """Rank 0 listens on --master-addr:--master-port, like torch.distributed's store (the worker's
-    stop waits for it to close)."""
+    stop waits for it to close), and keeps each connection for the life of its session."""
     server = socket.create_server((host, port))
+    held: list[socket.socket] = []
 
     def accept() -> None:
         while True:
             conn, _ = server.accept()
-            conn.close()
+            held.append(conn)  # closed by the kernel when this process ends: the session is over
 
     threading.Thread(target=accept, daemon=True).start()
+
+
+def join(host: str, port: int) -> None:
+    """Rank 1 dials the head's store until it answers and keeps the connection without reading it, as a
+    headless vLLM worker does: when the head's process ends, the worker holds a dead session (CLOSE_WAIT)
+    and never joins another head."""
+
+    def dial() -> None:
+        while True:
+            try:
+                conn = socket.create_connection((host, port), timeout=5)
+            except OSError:
+                time.sleep(1)
+                continue
+            print(f"joined the head's session at {host}:{port}", flush=True)
+            while True:  # held, never read: a session with one head only
+                time.sleep(3600)
+                conn.fileno()
+
+    threading.Thread(target=dial, daemon=True).start()
 
 
 def load_weights(argv: list[str]) -> None:
@@ -71,6 +92,8 @@ def main(argv: list[str]) -> int:
             flag(argv, "--master-addr", "127.0.0.1"),
             int(flag(argv, "--master-port", "0")),
         )
+    if flag(argv, "--node-rank", "") == "1" and flag(argv, "--master-port", ""):
+        join(flag(argv, "--master-addr", "127.0.0.1"), int(flag(argv, "--master-port", "0")))
     load_weights(argv)
     if EXTRA_LOG.is_file():
         print(EXTRA_LOG.read_text(), end="", flush=True)

@@ -180,6 +180,7 @@ TEXTFILE_WHY = (
 PLAIN_OUTPUT_OPTIONS: dict[str, str] = {
     "probe --textfile-dir": TEXTFILE_WHY,
     "watchdog --textfile-dir": TEXTFILE_WHY,
+    "pair rejoin --textfile-dir": TEXTFILE_WHY,
 }
 
 

@@ -69,11 +69,12 @@ class Beacon:
         rank: int = 1,
         stamp: Path | None = None,
         port: int | None = None,
+        extra: tuple[str, ...] = (),
     ) -> None:
         self.host, self.port = host, port or free_port(host)
         self.log = tmp / f"beacon-{self.port}.log"
         argv = [*STATION, "pair", "beacon", "--bind", host, "--port", str(self.port), "--role", role]
-        argv += ["--rank", str(rank), *(["--stamp", str(stamp)] if stamp else [])]
+        argv += ["--rank", str(rank), *(["--stamp", str(stamp)] if stamp else []), *extra]
         with self.log.open("wb") as log:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
@@ -86,7 +87,7 @@ class Beacon:
             if self.proc.poll() is not None:
                 raise AssertionError(f"beacon exited {self.proc.returncode}: {self.log.read_text()}")
             with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(self.url(), timeout=1.0).status_code == 200:
+                if httpx.get(self.url(), timeout=1.0).status_code in (200, 503):
                     return
             time.sleep(0.05)
         raise AssertionError(f"beacon not up within {timeout} s: {self.log.read_text()}")
@@ -113,9 +114,9 @@ def beacons(tmp_path: Path) -> Iterator[list[Beacon]]:
 
 def start_beacon(
     beacons: list[Beacon], tmp: Path, host: str = WORKER, role: str = "worker", rank: int = 1,
-    stamp: Path | None = None, port: int | None = None,
+    stamp: Path | None = None, port: int | None = None, extra: tuple[str, ...] = (),
 ) -> Beacon:  # fmt: skip
-    b = Beacon(tmp, host, role, rank, stamp, port)
+    b = Beacon(tmp, host, role, rank, stamp, port, extra)
     beacons.append(b)
     return b
 

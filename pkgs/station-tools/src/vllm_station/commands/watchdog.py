@@ -32,6 +32,18 @@ timeout), each further one an interval later, so a wedge is restarted within
 `interval + (wedge_verdicts − 1) × interval + probe_timeout` seconds (one more interval when the wedge was
 there before the watchdog's first look). `--probe-timeout` may not exceed `--interval`.
 
+The pair's head (`--pair-worker URL`, the worker beacon's /ready): a restart of the head alone would leave
+the worker's engine in the dead session (a headless vLLM worker joins one head's session, never another),
+and the head's next start would be refused. So the head's watchdog first asks the worker's beacon what
+caused the wedge — the worker (its beacon silent: down or rebooting; its engine `orphaned`, or `waiting`
+outside this head's session) or the head (the worker's engine `joined`) — and restarts in the recipe's
+order whatever the cause: it stops the head (`systemctl stop --no-block`, the container killed as below)
+and waits until the unit is down; the worker's `vllm-station-pair-rejoin` unit, seeing the head's
+rendezvous port closed and its session over, restarts the worker; the watchdog waits (at most
+`--pair-wait` seconds) until the worker's beacon reports its engine `waiting` for a head, then starts
+the head (`systemctl start --no-block`: counted by the start limit like a restart). Each module keeps to
+its own units: this watchdog drives the head's serving unit, the worker's rejoin unit the worker's.
+
 The API key (`--api-key-file`) is read again at the first look after its file changed (a rotation,
 docs/secrets.md): the watchdog keeps running across the serving unit's restart and probes with the key the
 restarted engine expects. A changed file that cannot be used keeps the last key (said once).
@@ -57,6 +69,7 @@ import httpx
 from vllm_station import argtypes, textfile
 from vllm_station.api import ApiClient, ApiError, ApiKeyError, ApiUnreachable
 from vllm_station.api.args import Endpoint, add_endpoint_args, endpoint_from_args
+from vllm_station.api.beacon import ask_beacon
 from vllm_station.api.client import load_api_key, tls_context
 from vllm_station.api.errors import HttpStatusError
 from vllm_station.api.prometheus import parse_prometheus
@@ -71,6 +84,8 @@ OVERLOAD_STATUSES = (429, 503)  # a rate limit (the gateway's, vLLM's), a full q
 PROBE_PROMPT = "Hello"
 TEXTFILE = "station-watchdog.prom"
 SYSTEMCTL_TIMEOUT_S = 30.0
+BEACON_TIMEOUT_S = 3.0  # one GET of the worker beacon's /ready
+PAIR_POLL_S = 2.0  # between looks at the head's unit and at the worker's beacon during a pair restart
 
 # What moves when the engine works (summed over label sets). Gauges of queue length are left out: they
 # change with arrivals and aborts, which the API server handles without the engine.
@@ -104,6 +119,8 @@ class Options:
     textfile_dir: Path | None = None  # None: no export
     runtime: str | None = None  # the container runtime whose container a wedge restart kills
     container: str | None = None
+    pair_worker: str | None = None  # the pair's head: the worker beacon's /ready (restart in pair order)
+    pair_wait_s: float = 600.0  # how long a pair restart waits for the head's stop, then the worker
 
     def __post_init__(self) -> None:
         check_seconds("--interval", self.interval_s)
@@ -247,7 +264,17 @@ class Systemd:
 
     def restart(self) -> str:
         self._run("restart", "--no-block", self.unit)
-        done = f"systemctl restart --no-block {self.unit}"
+        return self._kill_container(f"systemctl restart --no-block {self.unit}")
+
+    def stop(self) -> str:
+        self._run("stop", "--no-block", self.unit)
+        return self._kill_container(f"systemctl stop --no-block {self.unit}")
+
+    def start(self) -> str:
+        self._run("start", "--no-block", self.unit)
+        return f"systemctl start --no-block {self.unit}"
+
+    def _kill_container(self, done: str) -> str:
         if self.runtime is None or self.container is None:
             return done
         # The unit's stop lets the requests in flight finish for up to vLLM's --shutdown-timeout; a wedged
@@ -264,6 +291,89 @@ class Systemd:
             return (f"{done}; {' '.join(argv)} exited {proc.returncode}: {proc.stderr.strip()[:200]} "
                     "(the stop waits for the unit's own timeouts)")  # fmt: skip
         return f"{done}, then {' '.join(argv)} (a wedged engine has nothing to drain)"
+
+
+class PairRestart:
+    """The pair head's restart in the recipe's order (the module docstring): stop the head, wait for the
+    worker to come back waiting for a head (its own rejoin unit restarts it), start the head."""
+
+    def __init__(
+        self,
+        systemd: Systemd,
+        worker_url: str,
+        wait_s: float,
+        say: Callable[[str], None],
+        *,
+        poll_s: float = PAIR_POLL_S,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.systemd, self.worker_url, self.wait_s, self.say = systemd, worker_url, wait_s, say
+        self.poll_s, self.clock, self.sleep = poll_s, clock, sleep
+        self.http = SyncHttp()  # the worker's beacon is on the rail: no proxy, no TLS
+
+    def close(self) -> None:
+        self.http.close()
+
+    def cause(self) -> tuple[str, str]:
+        """("worker" | "head" | "unknown", what the worker's beacon said)."""
+        answer = ask_beacon(self.http, self.worker_url, BEACON_TIMEOUT_S)
+        if not answer.worker:
+            return "worker", f"the worker's beacon {self.worker_url} does not answer as the worker " \
+                f"({answer.what}): the worker is down, rebooting or stopped"  # fmt: skip
+        engine = answer.engine
+        if engine is None or engine.state == "unknown":
+            return "unknown", f"the worker is up; its beacon reports no engine state ({answer.what})"
+        if engine.state == "joined":
+            return "head", f"the worker's engine is in the session ({engine.detail}): the head's own wedge"
+        return "worker", f"the worker's engine is {engine.state}, not in the head's session ({engine.detail})"
+
+    def _wait(self, done: Callable[[], str | None]) -> tuple[bool, str]:
+        deadline = self.clock() + self.wait_s
+        last = ""
+        while True:
+            seen = done()
+            if seen is None:
+                return True, last
+            last = seen
+            if self.clock() >= deadline:
+                return False, last
+            self.sleep(self.poll_s)
+
+    def __call__(self) -> str:
+        who, why = self.cause()
+        cause = {"worker": "a wedge caused by the worker", "head": "the head's wedge"}.get(who, "a wedge")
+        self.say(f"{cause}: {why}; restarting the pair in order: stop the head, the worker restarts, "
+                 "then the head starts")  # fmt: skip
+        steps = [self.systemd.stop()]
+
+        def head_down() -> str | None:
+            try:
+                state = self.systemd.state()
+            except StationError as err:
+                return str(err)
+            return None if state.active in ("inactive", "failed") else f"the head's unit is {state.active}"
+
+        down, seen = self._wait(head_down)
+        steps.append("the head is down" if down else f"the head is not down after {self.wait_s:g} s ({seen})")
+
+        def worker_waiting() -> str | None:
+            answer = ask_beacon(self.http, self.worker_url, BEACON_TIMEOUT_S)
+            if answer.worker and (answer.engine is None or answer.engine.state in ("waiting", "unknown")):
+                return None
+            state = answer.engine.state if answer.worker and answer.engine else answer.what
+            return f"the worker's engine: {state}"
+
+        ready, seen = self._wait(worker_waiting)
+        if ready:
+            steps.append("the worker's engine waits for a head")
+        else:
+            steps.append(
+                f"the worker did not come back waiting for a head within {self.wait_s:g} s ({seen}); "
+                "starting the head anyway: its start names what the worker is doing"
+            )
+        steps.append(self.systemd.start())
+        return f"{cause}; " + "; ".join(steps)
 
 
 class Watchdog:
@@ -527,6 +637,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--container", help="the serving container's name (with --runtime)")
     parser.add_argument(
+        "--pair-worker",
+        type=argtypes.http_url,
+        metavar="URL",
+        help="the pair's head: the worker beacon's /ready; a wedge restarts the pair in the recipe's order "
+        "(stop the head, the worker restarts, start the head), with --unit",
+    )
+    parser.add_argument(
+        "--pair-wait",
+        type=argtypes.seconds(hi=argtypes.DAY),
+        default=600.0,
+        metavar="SECONDS",
+        help="with --pair-worker: how long to wait for the head's stop, then for the worker (600)",
+    )
+    parser.add_argument(
         "--interval", type=argtypes.seconds(hi=argtypes.DAY), default=30.0, help="seconds between looks (30)"
     )
     parser.add_argument(
@@ -567,15 +691,24 @@ def run(args: argparse.Namespace) -> int:
         textfile_dir=args.textfile_dir,
         runtime=args.runtime,
         container=args.container,
+        pair_worker=args.pair_worker,
+        pair_wait_s=args.pair_wait,
     )
     if (opts.runtime is None) != (opts.container is None):
         raise UsageError("--runtime and --container go together")
+    if opts.pair_worker is not None and opts.unit is None:
+        raise UsageError("--pair-worker restarts the pair's head: it needs --unit")
     endpoint = endpoint_from_args(args)
     systemd = Systemd(opts.systemctl, opts.unit, opts.runtime, opts.container) if opts.unit else None
+    restart: Callable[[], str] | None = systemd.restart if systemd else None
+    pair = None
+    if systemd is not None and opts.pair_worker is not None:
+        pair = PairRestart(systemd, opts.pair_worker, opts.pair_wait_s, _say)
+        restart = pair
     dog = Watchdog(
         opts,
         endpoint,
-        restart=systemd.restart if systemd else None,
+        restart=restart,
         unit_state=systemd.state if systemd else None,
         key_file=Path(args.api_key_file) if args.api_key_file else None,
     )
@@ -584,11 +717,19 @@ def run(args: argparse.Namespace) -> int:
         f"a look every {opts.interval_s:g} s, probe deadline {opts.probe_timeout_s:g} s, restart after "
         f"{opts.wedge_verdicts} wedge verdicts (within {opts.detection_bound_s:g} s of a wedge)"
     )
+    if pair is not None:
+        dog.say(f"the pair's head: a wedge restarts the pair in order (worker beacon {opts.pair_worker})")
     try:
         run_loop(dog, args.cycles, json_out=args.json)
     finally:
         dog.close()
+        if pair is not None:
+            pair.close()
     return EXIT_OK
+
+
+def _say(line: str) -> None:
+    print(f"station watchdog: {line}", file=sys.stderr, flush=True)
 
 
 def _file_signature(path: Path | None) -> tuple[int, int, int, int] | None:

@@ -3,8 +3,11 @@
     station pair wait-worker --url URL --timeout SECONDS --interval SECONDS --worker-address ADDR
     station pair wait-head-stop --head ADDR --port PORT --timeout SECONDS --interval SECONDS --unit UNIT
     station pair beacon --bind ADDR --port PORT --role head|worker --rank N [--stamp FILE]
+                        [--head ADDR --master-port PORT]
+    station pair rejoin --beacon URL --head ADDR --master-port PORT --unit UNIT --interval S --verdicts N
 
-Exit codes (the family in `vllm_station.errors`): wait-worker 0 the worker is up, 1 something else
+Exit codes (the family in `vllm_station.errors`): wait-worker 0 the worker is up and its engine waits
+for a head, 1 the worker's engine is in (or ended) a session with an earlier head, or something else
 answered there, 3 nothing answered; wait-head-stop always 0 (it only delays a stop); beacon 0 on
 SIGTERM, 1 the port is in use, 2 bad arguments or a --bind address not on this host. Progress and
 verdicts go to stderr as `vllm-station pair: …` lines (the journal of the unit that runs it).
@@ -18,6 +21,7 @@ from pathlib import Path
 
 from vllm_station import argtypes
 from vllm_station.commands.pair import order
+from vllm_station.errors import UsageError
 from vllm_station.polling import check_seconds
 
 PREFIX = "vllm-station pair:"
@@ -29,7 +33,8 @@ def say(line: str) -> None:
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.epilog = (
-        "exit: wait-worker 0 up, 1 something else answers there, 3 nothing answered; wait-head-stop 0; "
+        "exit: wait-worker 0 up, 1 the worker's engine is not ready for a new head or something else "
+        "answers there, 3 nothing answered; wait-head-stop 0; "
         "beacon 0 on SIGTERM, 1 port in use, 2 bad arguments"
     )
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
@@ -88,6 +93,40 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="the worker's serving unit: only an active one waits (vllm-station.service)",
     )
 
+    rj = verb(
+        "rejoin",
+        "the worker's vllm-station-pair-rejoin unit: restart the worker's serving unit when its engine's "
+        "session has ended and the head is down (the recipe's order: the head stops first)",
+    )
+    rj.add_argument(
+        "--beacon", type=argtypes.http_url, required=True, metavar="URL", help="the local beacon's /ready"
+    )
+    rj.add_argument("--head", required=True, metavar="ADDR", help="the head's rail address")
+    rj.add_argument(
+        "--master-port", type=argtypes.port(), required=True, help="the head's rendezvous port"
+    )
+    rj.add_argument("--unit", type=argtypes.unit_name, required=True, help="the worker's serving unit")
+    rj.add_argument("--systemctl", default="systemctl", help="the systemctl program (default: from PATH)")
+    rj.add_argument(
+        "--interval", type=argtypes.seconds(hi=3600), default=10.0, metavar="SECONDS",
+        help="seconds between looks (10)",
+    )  # fmt: skip
+    rj.add_argument(
+        "--verdicts", type=argtypes.count(hi=100), default=3,
+        help="consecutive looks that find the session over before the restart (3)",
+    )  # fmt: skip
+    rj.add_argument(
+        "--runtime", help="container runtime (docker, podman): kill the container after the restart's request"
+    )
+    rj.add_argument("--container", help="the serving container's name (with --runtime)")
+    rj.add_argument(
+        "--textfile-dir",
+        type=Path,  # not checked when parsed: as the watchdog's (test_architecture_output)
+        default=None,
+        help="node_exporter textfile directory for station-pair-rejoin.prom (default: none, no export)",
+    )
+    rj.add_argument("--cycles", type=argtypes.count(hi=10**9), default=None, help=argparse.SUPPRESS)
+
     bc = verb("beacon", "serve /ready (role, rank, address) and /stamp on this station's rail address")
     bc.add_argument("--bind", required=True, metavar="ADDR", help="this station's rail address")
     bc.add_argument("--port", type=argtypes.port(), required=True, help="the beacon port (pair.beaconPort)")
@@ -97,6 +136,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     bc.add_argument(
         "--stamp", type=Path, metavar="FILE", help="the verify stamp /stamp serves (read per request)"
+    )
+    bc.add_argument(
+        "--head",
+        metavar="ADDR",
+        help="the worker's beacon: the head's rail address; /ready reports the engine's state from its "
+        "connection to the head's rendezvous port (with --master-port)",
+    )
+    bc.add_argument(
+        "--master-port", type=argtypes.port(), help="the head's rendezvous port (--master-port), with --head"
     )
 
 
@@ -118,7 +166,20 @@ def run(args: argparse.Namespace) -> int:
             args.unit,
             say,
         )
+    if args.verb == "rejoin":
+        from vllm_station.commands.pair import rejoin
+
+        opts = rejoin.RejoinOptions(
+            args.beacon, args.head, args.master_port, args.unit, args.systemctl,
+            check_seconds("--interval", args.interval), args.verdicts, args.runtime, args.container,
+            args.textfile_dir,
+        )  # fmt: skip
+        if (opts.runtime is None) != (opts.container is None):
+            raise UsageError("--runtime and --container go together")
+        return rejoin.rejoin(opts, say, cycles=args.cycles)
     from vllm_station.commands.pair import beacon  # aiohttp: only the beacon needs it
 
-    cfg = beacon.BeaconConfig.checked(args.bind, args.port, args.role, args.rank, args.stamp)
+    cfg = beacon.BeaconConfig.checked(
+        args.bind, args.port, args.role, args.rank, args.stamp, args.head, args.master_port
+    )
     return beacon.serve(cfg, say)

@@ -1,8 +1,11 @@
 """Start and stop order of the pair: the worker starts first and stops last.
 
-- `wait_worker`: the head's ExecStartPre. Polls the worker beacon's /ready until it answers 200 with a
-  JSON object whose role is "worker". Exit 0 when it does; 3 when nothing ever answered; 1 when
-  something answered, but never as the worker's beacon (it names what answered).
+- `wait_worker`: the head's ExecStartPre. Polls the worker beacon's /ready until it answers with a
+  JSON object whose role is "worker". Exit 0 when it does and the worker's engine waits for a head
+  (or its beacon reports no engine state); 1 at once when the worker is up but its engine is
+  `joined` or `orphaned` — in a session with an earlier head, which a new head's rendezvous would wait
+  for until the start timeout; 3 when nothing ever answered; 1 when something answered, but never as
+  the worker's beacon (it names what answered).
 - `wait_head_stop`: the worker beacon's ExecStop (as root). When the worker's serving unit is active,
   waits while the head's rendezvous port accepts TCP connections, at most `timeout_s`; always exit 0
   (a stop is never refused, only delayed).
@@ -16,19 +19,16 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
 
 import httpx
 
-from vllm_station import bounded
-from vllm_station.api.transport import RedirectRefused, SyncHttp, TooLarge
+from vllm_station.api.beacon import Answer, ask_beacon
+from vllm_station.api.transport import SyncHttp
 from vllm_station.errors import EXIT_FAIL, EXIT_OK, EXIT_UNREACHABLE, UsageError
 from vllm_station.net import bare_host, tcp_probe
 from vllm_station.polling import Tick, poll
 
 REQUEST_TIMEOUT_S = 3.0  # one GET /ready (the shell version's curl --max-time 3)
-MAX_ANSWER_BYTES = 64 * 1024  # a beacon's /ready is ~60 bytes; read no more than this of anything else
 TCP_CONNECT_TIMEOUT_S = 2.0  # one connect to the head's rendezvous port
 SYSTEMCTL_TIMEOUT_S = 10.0
 
@@ -36,57 +36,6 @@ Say = Callable[[str], None]
 
 
 # --- the head's start: wait for the worker's beacon ------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Answer:
-    """One GET of the worker's /ready: is it the worker's beacon, and if not, who (if anyone) answered."""
-
-    worker: bool
-    answered: bool  # something answered at all (an HTTP answer, or at least accepted and then failed)
-    what: str  # for operators: "rank 1", "connection refused", "HTTP 404 …", "a head's beacon …"
-
-
-def ask_beacon(client: SyncHttp, url: str, timeout: float) -> Answer:
-    """GET `url` once, within `timeout` seconds in all, reading at most MAX_ANSWER_BYTES, and say what
-    answered."""
-    status = 0
-    try:
-        with client.stream("GET", url, timeout=timeout) as response:
-            status = response.status_code
-            body = response.read(MAX_ANSWER_BYTES)
-    except RedirectRefused as err:
-        return Answer(False, True, str(err))
-    except TooLarge:
-        return Answer(False, True, f"HTTP {status} with an answer over 64 KiB")
-    except (httpx.ConnectError, httpx.ConnectTimeout) as err:
-        return Answer(False, False, f"nothing answered: {_reason(err)}")
-    except httpx.TimeoutException:
-        return Answer(
-            False, True, f"something accepted the connection but sent no complete answer within {timeout:g} s"
-        )
-    except httpx.HTTPError as err:
-        return Answer(False, True, f"something answered, not in HTTP ({_reason(err)})")
-    snippet = body[:80].decode("utf-8", errors="replace").strip()
-    if status != 200:
-        return Answer(False, True, f"HTTP {status} ({snippet!r}), not a beacon's /ready")
-    try:
-        data: Any = bounded.loads_json(body)
-    except (ValueError, UnicodeDecodeError):
-        return Answer(False, True, f"HTTP 200 but not JSON ({snippet!r}), not a beacon's /ready")
-    if not isinstance(data, dict):
-        return Answer(False, True, f"HTTP 200 with JSON that is not an object ({snippet!r})")
-    role, rank, address = data.get("role"), data.get("rank"), data.get("address")
-    if role == "worker":
-        return Answer(True, True, f"rank {rank}")
-    return Answer(
-        False, True, f"the beacon of role {role!r} (rank {rank}, address {address}), not of the worker"
-    )
-
-
-def _reason(err: Exception) -> str:
-    text = str(err) or type(err).__name__
-    return "connection refused" if "refused" in text.lower() else text
 
 
 def wait_worker(
@@ -128,8 +77,7 @@ def wait_worker(
             probe, timeout_s=timeout_s, interval_s=interval_s, progress=progress, clock=clock, sleep=sleep
         )
     if polled.value is not None:
-        say(f"worker {worker} is up ({polled.value.what})")
-        return EXIT_OK
+        return _judge_engine(polled.value, worker, say)
     if not_worker is None:
         say(
             f"the worker {worker} did not answer on {url} within {timeout_s:g} s ({last.what}); "
@@ -140,6 +88,35 @@ def wait_worker(
         f"the worker {worker} did not answer as a worker on {url} within {timeout_s:g} s; what answered: "
         f"{not_worker}. Check that pair.workerAddress ({worker}) and pair.beaconPort are the worker's and "
         f'that station {worker} runs role "worker", then start this unit again'
+    )
+    return EXIT_FAIL
+
+
+def _judge_engine(answer: Answer, worker: str, say: Say) -> int:
+    """The worker's beacon answered: its engine must be waiting for a head. This head's engine is not
+    running yet (this is its start), so an engine in a session holds one with an earlier head."""
+    engine = answer.engine
+    if engine is None:
+        say(f"worker {worker} is up ({answer.what})")
+        return EXIT_OK
+    if engine.state == "waiting":
+        say(f"worker {worker} is up ({answer.what}), its engine waits for a head")
+        return EXIT_OK
+    if engine.state == "unknown":
+        say(f"worker {worker} is up ({answer.what}); its engine's state is unknown ({engine.detail})")
+        return EXIT_OK
+    when = time.strftime("%H:%M:%S UTC", time.gmtime(engine.since)) if engine.since else "?"
+    why = (
+        "its session ended"
+        if engine.state == "orphaned"
+        else "it is in a session, but this head's engine is not running: the session is an earlier "
+        "head's (a crash or a reboot of this station that the worker has not noticed)"
+    )
+    say(
+        f"the worker {worker} is up, but its engine is not ready for a new head: engine {engine.state} "
+        f"since {when}: {engine.detail}. {why[0].upper()}{why[1:]}; starting this head would hang until its "
+        f"start timeout. Restart the worker first (on station {worker}: systemctl restart vllm-station; "
+        "its vllm-station-pair-rejoin unit does so by itself once this head is down), then start this unit"
     )
     return EXIT_FAIL
 
