@@ -38,7 +38,14 @@ from vllm_station import __version__, redact
 if TYPE_CHECKING:
     from _typeshed import SupportsWrite
 
-from vllm_station.errors import EXIT_BROKEN_PIPE, EXIT_FAIL, EXIT_INTERRUPTED, EXIT_USAGE, StationError
+from vllm_station.errors import (
+    EXIT_BROKEN_PIPE,
+    EXIT_FAIL,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    StationError,
+    exit_table_text,
+)
 
 log = logging.getLogger("vllm_station")
 
@@ -152,7 +159,12 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The whole command line; only the subcommand `only` (if any) imports its module for its options."""
-    parser = _Parser(prog="station", description="vllm-station operator tools")
+    parser = _Parser(
+        prog="station",
+        description="vllm-station operator tools",
+        epilog=exit_table_text(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"station {__version__}")
     parser.add_argument("--debug", action="store_true", help="log debug details to stderr")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
