@@ -129,7 +129,8 @@ def test_prompts_option_conflicts(
 ) -> None:
     prompts = _write(tmp_path / "p.jsonl", OPENAI)
     assert "--input-len" in _refused(srv, capsys, "--prompts", str(prompts), "--input-len", "64")
-    assert "would be overwritten" in _refused(srv, capsys, "--prompts", str(prompts), "--output", str(prompts))
+    refused = _refused(srv, capsys, "--prompts", str(prompts), "--output", str(prompts))
+    assert "would be overwritten" in refused
     srv.requests.clear()
     rc = main(["bench", "prefill", "--base-url", srv.url, "--prompts", str(prompts)])
     assert rc == 2 and "--prompts is for sweep and burst" in capsys.readouterr().err
