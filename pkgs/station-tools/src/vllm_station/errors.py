@@ -41,15 +41,17 @@ EXIT_BROKEN_PIPE = 141  # stdout closed by its reader (`station … | head -1`):
 
 # The exit-code table: the same situation gives the same code in every verb (docs/architecture.md shows it;
 # `station --help` prints it; tests/test_options_vocabulary.py runs every HTTP verb against each row's
-# situation and compares codes). The rule: 2 is what is wrong before anything is asked (arguments, files,
-# configuration); what a server answers (a refused key, a model it does not serve, an answer that is not
-# HTTP) is a failed check, 1; nothing answering at all is 3.
+# situation and compares codes). The rule: 2 is what only the operator can fix, found before anything is
+# asked (arguments, files, configuration) or a choice only they can make (several models served and no
+# --model); what a server answers (a refused key, a model it does not serve, an answer that is not HTTP) is
+# a failed check, 1: the server is not what the operator expects; nothing answering at all is 3.
 EXIT_TABLE: tuple[tuple[int, str], ...] = (
     (EXIT_OK, "done: every check passed"),
     (EXIT_FAIL, "a check failed; also what the server answered: a refused API key (401/403), a model it does "
      "not serve (--model), an answer that is not HTTP (another program on that port)"),
     (EXIT_USAGE, "bad arguments or configuration, before anything was asked: an out-of-range number, an "
-     "unreadable --api-key-file or --config, an output path that cannot be written"),
+     "unreadable --api-key-file or --config, an output path that cannot be written; or a choice only the "
+     "operator can make: several models served and no --model"),
     (EXIT_UNREACHABLE, "nothing answered at all: connection refused, a name that does not resolve, a "
      "connect timeout"),
     (EXIT_PENDING, "no verdict yet: the evidence is not there (nccl-check)"),
