@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import json
 import socket
 import threading
 from collections.abc import Iterator
@@ -139,6 +140,19 @@ def test_json_is_a_switch_and_bench_says_so() -> None:
     with contextlib.redirect_stderr(err):
         assert cli.main(["bench", "--json", "out.json"]) == EXIT_USAGE
     assert "--json is a switch" in err.getvalue() and "--output FILE" in err.getvalue()
+
+
+def test_bench_json_prints_the_report_on_stdout(tmp_path: Path) -> None:
+    """`--json` (a switch): the report on stdout, the table on stderr; `--output FILE` the same report."""
+    out, err = io.StringIO(), io.StringIO()
+    argv = ["bench", "-c", "1", "--requests", "1", "--warmup", "0", "--output-len", "4", "--quiet"]
+    with SimServer() as sim, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main([*argv, "--base-url", sim.base_url, "--json", "--output", str(tmp_path / "r.json")])
+    assert code == 0, err.getvalue()
+    report = json.loads(out.getvalue())
+    assert report["schema"] == "station-bench/1" and report["levels"][0]["ok"] == 1
+    assert json.loads((tmp_path / "r.json").read_text())["levels"] == report["levels"]
+    assert "level" in err.getvalue()  # the table, on stderr when --json has stdout
 
 
 def test_no_progress_is_a_hidden_alias_of_quiet() -> None:
