@@ -87,10 +87,10 @@ def _bad_outputs(tmp: Path) -> dict[str, tuple[list[str], str]]:
     afile.write_text("x")
     (tmp / "adir").mkdir()
     return {
-        "json-in-missing-dir": (["--json", str(tmp / "nope" / "r.json")], "does not exist"),
+        "json-in-missing-dir": (["--output", str(tmp / "nope" / "r.json")], "does not exist"),
         "csv-under-a-file": (["--csv", str(afile / "r.csv")], "Not a directory"),
-        "json-is-a-dir": (["--json", str(tmp / "adir")], "is a directory"),
-        "json-unwritable-dir": (["--json", "/proc/bench.json"], "cannot write in /proc"),
+        "json-is-a-dir": (["--output", str(tmp / "adir")], "is a directory"),
+        "json-unwritable-dir": (["--output", "/proc/bench.json"], "cannot write in /proc"),
         "plots-is-a-file": (["--plots", str(afile)], "is not a directory"),
         "plots-under-a-file": (["--plots", str(afile / "sub" / "plots")], "Not a directory"),
         "plots-in-unwritable-dir": (["--plots", "/proc/plots"], "cannot write in /proc"),
@@ -127,10 +127,10 @@ def test_a_write_that_fails_after_the_run_keeps_the_report(
     srv: FaultServer, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     csv = tmp_path / "r.csv"
-    rc = main(["bench", *SHORT, "--base-url", srv.url, "--json", "/dev/full", "--csv", str(csv)])
+    rc = main(["bench", *SHORT, "--base-url", srv.url, "--output", "/dev/full", "--csv", str(csv)])
     captured = capsys.readouterr()
     assert rc == 1, captured.err
-    assert "--json /dev/full: No space left on device" in captured.err
+    assert "--output /dev/full: No space left on device" in captured.err
     m = re.search(r"the JSON report was saved to (\S+\.json)", captured.err)
     assert m, captured.err
     kept = Path(m.group(1))
@@ -180,7 +180,7 @@ def test_streams_the_client_refuses_are_failures_not_tracebacks(
     srv.route("GET", "/v1/models", Reply(json=models_list("fake")))
     srv.route("POST", "/v1/chat/completions", answer)
     out = tmp_path / "r.json"
-    rc = main(["bench", *SHORT, "--output-len", "1", "--base-url", srv.url, "--json", str(out)])
+    rc = main(["bench", *SHORT, "--output-len", "1", "--base-url", srv.url, "--output", str(out)])
     err = capsys.readouterr().err
     assert "Traceback" not in err and "Fatal error" not in err, err
     assert rc == 1, err  # no request succeeded

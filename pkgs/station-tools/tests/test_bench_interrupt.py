@@ -60,7 +60,7 @@ def test_ctrl_c_mid_run_writes_the_finished_levels_and_repeats(sim: SimServer, t
     out = tmp_path / "out"
     argv = [
         sys.executable, "-m", "vllm_station", "bench", "burst", "--base-url", sim.base_url, "-c", "1,2",
-        "--warmup", "0", "--repeats", "3", "--output-len", "30", "--json", f"{out}.json",
+        "--warmup", "0", "--repeats", "3", "--output-len", "30", "--output", f"{out}.json",
         "--csv", f"{out}.csv", "--save-responses", f"{out}-responses",
     ]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k not in ("STATION_API_KEY", "OPENAI_API_KEY")}

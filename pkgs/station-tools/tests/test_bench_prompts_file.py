@@ -129,7 +129,8 @@ def test_prompts_option_conflicts(
 ) -> None:
     prompts = _write(tmp_path / "p.jsonl", OPENAI)
     assert "--input-len" in _refused(srv, capsys, "--prompts", str(prompts), "--input-len", "64")
-    assert "would be overwritten" in _refused(srv, capsys, "--prompts", str(prompts), "--json", str(prompts))
+    refused = _refused(srv, capsys, "--prompts", str(prompts), "--output", str(prompts))
+    assert "would be overwritten" in refused
     srv.requests.clear()
     rc = main(["bench", "prefill", "--base-url", srv.url, "--prompts", str(prompts)])
     assert rc == 2 and "--prompts is for sweep and burst" in capsys.readouterr().err
@@ -154,7 +155,7 @@ def test_replay_sends_the_files_prompts_in_order_and_saves_the_answers(
         [
             "bench", "sweep", "--base-url", srv.url, "-c", "1,2", "--warmup", "1x", "--requests", "2x",
             "--no-ignore-eos", "--output-len", "16", "--prompts", str(prompts),
-            "--save-responses", str(saved), "--json", str(report_path), "--no-progress",
+            "--save-responses", str(saved), "--output", str(report_path), "--no-progress",
         ]
     )  # fmt: skip
     assert rc == 0, capsys.readouterr().err
@@ -198,7 +199,7 @@ def test_saved_timings_and_token_counts_match_the_simulator(tmp_path: Path) -> N
             [
                 "bench", "sweep", "--base-url", sim.base_url, "-c", "1", "--warmup", "0", "--requests", "2",
                 "--output-len", "6", "--prompts", str(prompts), "--save-responses", str(saved),
-                "--json", str(report_path), "--no-progress",
+                "--output", str(report_path), "--no-progress",
             ]
         )  # fmt: skip
     assert rc == 0
@@ -239,7 +240,7 @@ def test_a_save_directory_that_disappears_does_not_stop_the_run(
             [
                 "bench", "sweep", "--base-url", srv.url, "-c", "1", "--warmup", "1", "--requests", "1",
                 "--no-ignore-eos", "--prompts", str(_write(tmp_path / "p.jsonl", OPENAI)),
-                "--save-responses", str(saved), "--json", str(report_path), "--no-progress",
+                "--save-responses", str(saved), "--output", str(report_path), "--no-progress",
             ]
         )  # fmt: skip
     finally:

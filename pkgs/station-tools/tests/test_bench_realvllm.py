@@ -20,7 +20,7 @@ def test_short_sweep_on_real_vllm(smol_server: Any, tmp_path: Path) -> None:
         [
             "bench", "sweep", "--base-url", smol_server.api_url, "-c", "1,2", "--warmup", "1",
             "--requests", "2", "--input-len", "32", "--output-len", "8", "--timeout", "120",
-            "--scrape-metrics", "--json", str(out), "--no-progress", "--expect", "failures==0",
+            "--scrape-metrics", "--output", str(out), "--no-progress", "--expect", "failures==0",
         ]
     )  # fmt: skip
     report = json.loads(out.read_text())
@@ -43,7 +43,7 @@ def test_prefill_exact_prompt_lengths_on_real_vllm(smol_server: Any, tmp_path: P
     rc = main(
         [
             "bench", "prefill", "--base-url", smol_server.base_url, "--lengths", "256,1024", "--warmup", "0",
-            "--requests", "2", "--timeout", "120", "--json", str(out), "--no-progress",
+            "--requests", "2", "--timeout", "120", "--output", str(out), "--no-progress",
         ]
     )  # fmt: skip
     report = json.loads(out.read_text())
@@ -73,7 +73,7 @@ def test_replay_a_prompt_file_and_save_the_responses_on_real_vllm(smol_server: A
         [
             "bench", "sweep", "--base-url", smol_server.base_url, "-c", "1", "--warmup", "0",
             "--requests", "2", "--output-len", "8", "--timeout", "120", "--prompts", str(prompts),
-            "--save-responses", str(saved), "--json", str(out), "--no-progress", "--expect", "failures==0",
+            "--save-responses", str(saved), "--output", str(out), "--no-progress", "--expect", "failures==0",
         ]
     )  # fmt: skip
     report = json.loads(out.read_text())

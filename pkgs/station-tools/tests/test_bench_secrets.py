@@ -73,7 +73,7 @@ def test_bench_never_writes_the_key_whatever_its_position(
     rc = main(
         [
             "bench", "sweep", "--base-url", srv.url, "--model", "fake", "-c", "1", "--warmup", "0",
-            "--requests", "1", "--no-progress", "--json", f"{out}.json", "--csv", f"{out}.csv",
+            "--requests", "1", "--no-progress", "--output", f"{out}.json", "--csv", f"{out}.csv",
             "--save-responses", f"{out}-responses",
         ]
     )  # fmt: skip
@@ -100,7 +100,7 @@ def test_url_password_is_in_no_output(
     rc = main(
         [
             "bench", "sweep", "--base-url", url, "-c", "1", "--warmup", "0", "--requests", "1",
-            "--no-progress", "--json", f"{out}.json", "--csv", f"{out}.csv",
+            "--no-progress", "--output", f"{out}.json", "--csv", f"{out}.csv",
         ]
     )  # fmt: skip
     captured = capsys.readouterr()

@@ -30,7 +30,7 @@ def sim() -> Iterator[SimProcess]:
 
 def _bench(tmp_path: Path, base_url: str, *args: str) -> tuple[int, dict[str, Any]]:
     out = tmp_path / "report.json"
-    rc = main(["bench", *args, "--base-url", base_url, "--json", str(out), "--no-progress"])
+    rc = main(["bench", *args, "--base-url", base_url, "--output", str(out), "--no-progress"])
     return rc, (json.loads(out.read_text()) if out.exists() else {})
 
 

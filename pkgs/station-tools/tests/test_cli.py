@@ -19,7 +19,7 @@ from vllm_station import cli, entry
 PKG = Path(__file__).resolve().parents[1]
 SRC = PKG / "src" / "vllm_station"
 # Commands whose module another change adds; skipped (with the reason) only while that module is absent.
-PENDING = {"gate", "pair"}
+PENDING = {"start-gate", "pair"}
 # The only modules that may import vllm_station.cli: the entry points themselves.
 MAY_IMPORT_CLI = {"__main__.py", "entry.py"}
 
@@ -92,9 +92,9 @@ def test_missing_dependency_of_a_command_is_a_clear_error(
     assert "No module named 'station_test_absent_dependency'" in err
 
 
-@pytest.mark.parametrize("name", ["gate", "pair"])
+@pytest.mark.parametrize("name", ["start-gate", "pair"])
 def test_pending_commands_fail_clearly_or_run(name: str, capsys: pytest.CaptureFixture[str]) -> None:
-    """`station gate`/`station pair` without their module: exit 1 and one line, never a traceback."""
+    """`station start-gate`/`station pair` without their module: exit 1 and one line, never a traceback."""
     if not _module_absent(name):
         assert cli.main([name, "--help"]) == 0
         assert f"station {name}" in capsys.readouterr().out
@@ -103,6 +103,23 @@ def test_pending_commands_fail_clearly_or_run(name: str, capsys: pytest.CaptureF
     err = capsys.readouterr().err
     assert err.startswith(f"station {name}: error: this installation has no module")
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(("old", "new"), list(cli.ALIASES.items()))
+def test_an_old_name_runs_its_verb_and_is_hidden(
+    old: str, new: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`station gate` (what the units of earlier releases call) runs `station start-gate`: same options,
+    same result; `station --help` lists only the new name, so gate/gates/gateway no longer stand together."""
+    assert new in cli.COMMANDS and old not in cli.COMMANDS
+    assert cli.main([old, "--help"]) == 0
+    old_help = capsys.readouterr().out
+    assert cli.main([new, "--help"]) == 0
+    assert old_help.split("options:")[1] == capsys.readouterr().out.split("options:")[1]
+    assert cli.main(["--help"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    rows = [line.split()[0] for line in lines if line.startswith("    ") and line[4] != " "]
+    assert new in rows and old not in rows
 
 
 @pytest.mark.parametrize("name", list(cli.COMMANDS))

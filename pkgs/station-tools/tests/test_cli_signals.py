@@ -48,7 +48,7 @@ CLOSED_STDOUT: dict[str, list[list[str]]] = {
     "bench": [["bench", "--help"]],
     "simulate": [["simulate", "--help"]],
     "nccl-check": [["nccl-check", "--json", "--log", NCCL_LOG], ["nccl-check", "--log", NCCL_LOG]],
-    "gate": [["gate", "--help"]],
+    "start-gate": [["start-gate", "--help"], ["gate", "--help"]],
     "pair": [["pair", "--help"], ["pair", "beacon", "--help"]],
     "exec": [["exec", "--help"]],
     "weights-check": [

@@ -21,7 +21,7 @@ OTHER = "fedcba9876543210fedcba9876543210fedcba98"
 
 def station(*argv: str) -> int:
     """`station ARGV` through the real CLI once it lists `gate`; else gate's own parser and runner."""
-    if "gate" in cli.COMMANDS or argv[0] != "gate":
+    if "gate" in cli.COMMANDS or "gate" in cli.ALIASES or argv[0] != "gate":
         return cli.main(list(argv))
     parser = argparse.ArgumentParser(prog="station gate")
     gate.configure(parser)

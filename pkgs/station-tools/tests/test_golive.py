@@ -98,7 +98,6 @@ def test_unreachable_stops_at_smoke(capsys: pytest.CaptureFixture[str]) -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        ([], "give --base-url (or a --config with baseUrl)"),
         (["--base-url", "http://127.0.0.1:9", "--skip", "smoke,lint"], "--skip lint: the gates are"),
         (["--base-url", "http://127.0.0.1:9", "--expect", "c64.tok_s>=1"], "level c64 is not in this run"),
         (["--base-url", "http://127.0.0.1:9", "--expect", "speed>=1"], "unknown metric"),

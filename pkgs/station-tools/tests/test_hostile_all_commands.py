@@ -123,7 +123,6 @@ def fill(parser: argparse.ArgumentParser, base: str, scratch: Path) -> list[str]
         "--plots": str(scratch / "out" / "plots"),
         "--save-responses": str(scratch / "out" / "responses"),
         "--textfile-dir": str(scratch / "out" / "textfile"),
-        "--json": str(scratch / "out" / "report.json"),  # where --json takes a value (bench)
         "--endpoint": base,  # download: the hub
         "--token-file": str(scratch / "key"),  # the hub's token: the echo server returns it
         "--revision": "0" * 40,

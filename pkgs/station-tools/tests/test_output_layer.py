@@ -221,7 +221,7 @@ def test_bench_plots_draw_a_math_model_name_as_plain_masked_text(
     with FaultServer(fake_openai_routes(model)) as srv:
         code = main(["bench", "sweep", "--base-url", srv.url, "-c", "1", "--warmup", "0", "--requests", "2",
                      "--no-progress", "--no-ignore-eos", "--plots", str(plots),
-                     "--json", str(tmp_path / "b.json")])  # fmt: skip
+                     "--output", str(tmp_path / "b.json")])  # fmt: skip
     cap = capsys.readouterr()
     assert code == 0, cap.err
     assert "Traceback" not in cap.err
@@ -250,7 +250,7 @@ def test_outputs_are_checked_before_any_request(
     with FaultServer(fake_openai_routes("fake")) as srv:
         calls = {
             "gates --output": ["gates", "tools", "--base-url", srv.url, "--output", str(target)],
-            "bench --json": ["bench", "sweep", "--base-url", srv.url, "--json", str(target)],
+            "bench --output": ["bench", "sweep", "--base-url", srv.url, "--output", str(target)],
         }
         if kind == "fifo":  # golive's --out is a directory: a FIFO where golive.json goes
             out = tmp_path / "golive-out"

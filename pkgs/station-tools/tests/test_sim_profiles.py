@@ -116,7 +116,7 @@ def default_sim() -> Iterator[SimProcess]:
 
 def _burst(tmp_path: Path, base_url: str, *args: str) -> tuple[int, dict[str, Any]]:
     out = tmp_path / "report.json"
-    rc = main(["bench", "burst", "--base-url", base_url, "--json", str(out), "--no-progress", *args])
+    rc = main(["bench", "burst", "--base-url", base_url, "--output", str(out), "--no-progress", *args])
     return rc, json.loads(out.read_text())
 
 

@@ -458,10 +458,10 @@ def test_missing_key_file_is_usage(
 
 
 @pytest.mark.parametrize(
-    "argv", [["--timeout", "0"], ["--tool-choice", "none"], ["--base-url", "ftp://x"], []]
-)
+    "argv", [["--timeout", "0"], ["--tool-choice", "none"], ["--base-url", "ftp://x"]]
+)  # no --base-url is not one: it has the shared default (tests/test_options_vocabulary.py)
 def test_bad_arguments_are_usage(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
-    base = [] if "--base-url" in argv or not argv else ["--base-url", "http://127.0.0.1:1"]
+    base = [] if "--base-url" in argv else ["--base-url", "http://127.0.0.1:1"]
     assert main(["smoke", *base, *argv]) == 2
     assert "Traceback" not in capsys.readouterr().err
 

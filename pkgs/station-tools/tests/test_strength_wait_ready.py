@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from faultserver import FaultServer, Reply, Request, fake_openai_routes
 
+from vllm_station import options
 from vllm_station.cli import main
 from vllm_station.commands.wait_ready import Options, Outcome, _alive, _watch_pid, configure, wait
 from vllm_station.errors import UsageError
@@ -360,9 +361,12 @@ def test_help_says_what_the_url_is(
     monkeypatch.setenv("COLUMNS", "400")  # one help text per line
     assert main(["wait-ready", "--help"]) == 0
     lines = capsys.readouterr().out.splitlines()
+    # the shared help (vllm_station.options): what the URL is, and the one default every verb has
     assert [ln.split(maxsplit=2)[2] for ln in lines if ln.lstrip().startswith("--base-url")] == [
-        "server root or its /v1 URL, e.g. http://127.0.0.1:8888"
+        options.BASE_URL_HELP
     ]
+    assert "http://127.0.0.1:8000" in options.BASE_URL_HELP
+    assert "root or OpenAI /v1 URL" in options.BASE_URL_HELP
 
 
 def test_cli_model_is_the_one_probed(capsys: pytest.CaptureFixture[str]) -> None:

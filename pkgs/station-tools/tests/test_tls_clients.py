@@ -106,7 +106,7 @@ def test_a_port_that_is_not_http_says_so() -> None:
 def test_bench_over_https_with_the_ca(tls_sim: SimServer, pki: Path, tmp_path: Path) -> None:
     out = tmp_path / "b.json"
     ca = str(pki / "ca.pem")
-    opts = ["-c", "2", "--requests", "2", "--warmup", "0", "--output-len", "8", "--json", str(out)]
+    opts = ["-c", "2", "--requests", "2", "--warmup", "0", "--output-len", "8", "--output", str(out)]
     r = station("bench", "sweep", "--base-url", tls_sim.base_url, "--ca-file", ca, *opts)
     assert r.returncode == 0, r.stderr
     report = json.loads(out.read_text())

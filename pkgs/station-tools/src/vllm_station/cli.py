@@ -38,7 +38,14 @@ from vllm_station import __version__, redact
 if TYPE_CHECKING:
     from _typeshed import SupportsWrite
 
-from vllm_station.errors import EXIT_BROKEN_PIPE, EXIT_FAIL, EXIT_INTERRUPTED, EXIT_USAGE, StationError
+from vllm_station.errors import (
+    EXIT_BROKEN_PIPE,
+    EXIT_FAIL,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    StationError,
+    exit_table_text,
+)
 
 log = logging.getLogger("vllm_station")
 
@@ -79,7 +86,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "an OpenAI-compatible server with a known timing schedule (bench ground truth)",
     ),
     "nccl-check": ("commands.nccl", "classify the NCCL transport (GPUDirect RDMA / IB / socket) from logs"),
-    "gate": ("commands.gate", "start gates of the serving unit: a verified checkpoint stamp"),
+    "start-gate": (
+        "commands.gate",
+        "the serving unit's start step: refuse to start without a verified checkpoint stamp",
+    ),
     "pair": (
         "commands.pair.cli",
         "two-station ordering: wait for the worker, let the head stop first, the beacon",
@@ -106,7 +116,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "drain": ("commands.drain", "out of the gateways' rotation: new requests get 503, running ones finish"),
     "undrain": ("commands.undrain", "put a drained station back into its gateways' rotation"),
-    "gateway": ("commands.gateway", "the gateway's start step: API key files into the map nginx includes"),
+    "gateway": ("commands.gateway", "the nginx gateway's start step: API key files into the map it includes"),
     "secrets": (
         "commands.secrets",
         "before a unit loads its secret files: each in place? (names option and file)",
@@ -120,6 +130,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "every gate in order (smoke, tools, agent, needle, bench): one JSON + HTML report",
     ),
 }
+
+
+# Old verb names that keep working, hidden from the help: old -> new. `gate` is what the serving units of
+# earlier releases render (`station gate stamp …`, modules/serve.nix); it reads too much like `gates` (the
+# quality gates before go-live) and `gateway` to stand beside them in the help.
+ALIASES: dict[str, str] = {"gate": "start-gate"}
 
 
 class CommandUnavailable(StationError):
@@ -152,7 +168,12 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The whole command line; only the subcommand `only` (if any) imports its module for its options."""
-    parser = _Parser(prog="station", description="vllm-station operator tools")
+    parser = _Parser(
+        prog="station",
+        description="vllm-station operator tools",
+        epilog=exit_table_text(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"station {__version__}")
     parser.add_argument("--debug", action="store_true", help="log debug details to stderr")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -161,6 +182,11 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         sp.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
         if name == only:
             load(name).configure(sp)
+    for old, new in ALIASES.items():  # no help= on purpose: argparse then lists no row for it
+        sp = sub.add_parser(old, description=f"{COMMANDS[new][1]} (old name of `station {new}`)")
+        sp.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        if only == old:
+            load(new).configure(sp)
     return parser
 
 
@@ -259,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in argv if not a.startswith("-")), None)
-    only = command if command in COMMANDS else None
+    only = command if command in COMMANDS or command in ALIASES else None
     try:
         parser = build_parser(only)
         args = parser.parse_args(argv)
@@ -277,7 +303,7 @@ def _main(argv: list[str] | None) -> int:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     try:
-        return int(load(args.command).run(args))
+        return int(load(ALIASES.get(args.command, args.command)).run(args))
     except StationError as err:
         print(f"station {args.command}: error: {err}", file=sys.stderr)
         return err.exit_code

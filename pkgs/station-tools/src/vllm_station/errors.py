@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import textwrap
+
 
 class StationError(Exception):
     """Base class: an operator-facing failure. `str(err)` is the whole message."""
@@ -36,3 +38,34 @@ EXIT_UNREACHABLE = 3  # the endpoint, peer or input could not be reached or read
 EXIT_PENDING = 4  # no verdict yet: the evidence is not there (nccl-check: no NCCL transport line)
 EXIT_INTERRUPTED = 130  # SIGINT (Ctrl-C): 128 + 2, what a shell reports for a process it killed
 EXIT_BROKEN_PIPE = 141  # stdout closed by its reader (`station … | head -1`): 128 + SIGPIPE, like Unix tools
+
+# The exit-code table: the same situation gives the same code in every verb (docs/architecture.md shows it;
+# `station --help` prints it; tests/test_options_vocabulary.py runs every HTTP verb against each row's
+# situation and compares codes). The rule: 2 is what only the operator can fix, found before anything is
+# asked (arguments, files, configuration) or a choice only they can make (several models served and no
+# --model); what a server answers (a refused key, a model it does not serve, an answer that is not HTTP) is
+# a failed check, 1: the server is not what the operator expects; nothing answering at all is 3.
+EXIT_TABLE: tuple[tuple[int, str], ...] = (
+    (EXIT_OK, "done: every check passed"),
+    (EXIT_FAIL, "a check failed; also what the server answered: a refused API key (401/403), a model it does "
+     "not serve (--model), an answer that is not HTTP (another program on that port)"),
+    (EXIT_USAGE, "bad arguments or configuration, before anything was asked: an out-of-range number, an "
+     "unreadable --api-key-file or --config, an output path that cannot be written; or a choice only the "
+     "operator can make: several models served and no --model"),
+    (EXIT_UNREACHABLE, "nothing answered at all: connection refused, a name that does not resolve, a "
+     "connect timeout"),
+    (EXIT_PENDING, "no verdict yet: the evidence is not there (nccl-check)"),
+    (EXIT_INTERRUPTED, "Ctrl-C (SIGINT); reports hold what finished"),
+    (EXIT_BROKEN_PIPE, "stdout closed by its reader (`station … | head -1`)"),
+)
+
+
+def exit_table_text() -> str:
+    """The table as plain lines, for `station --help`."""
+    rows = (
+        textwrap.fill(
+            what, width=79, break_on_hyphens=False, initial_indent=f"  {code:>3}  ", subsequent_indent=" " * 7
+        )
+        for code, what in EXIT_TABLE
+    )
+    return "exit codes (every verb):\n" + "\n".join(rows)

@@ -1,7 +1,7 @@
 """The endpoint options every command that talks to a server shares, defined once.
 
     def configure(parser):
-        add_endpoint_args(parser)                     # --base-url, --api-key-file, --ca-file
+        add_endpoint_args(parser)                     # --base-url, --api-key-file, --ca-file (options)
     def run(args):
         ep = endpoint_from_args(args)                 # validated; the key read by `load_api_key`'s rule
         with ep.client(timeout=30) as api: ...
@@ -16,6 +16,7 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
+from vllm_station import options
 from vllm_station.api.client import (
     DEFAULT_CONNECT_TIMEOUT_S,
     ApiClient,
@@ -24,28 +25,15 @@ from vllm_station.api.client import (
     tls_context,
 )
 
-KEY_HELP = "file holding the API key (default: $STATION_API_KEY, else $OPENAI_API_KEY, else no key)"
+KEY_HELP = options.KEY_HELP
 
 
-def add_endpoint_args(
-    parser: argparse.ArgumentParser, *, default_url: str | None = None, url_help: str | None = None
-) -> None:
-    """--base-url (required unless `default_url`), --api-key-file, --ca-file."""
-    parser.add_argument(
-        "--base-url",
-        required=default_url is None,
-        default=default_url,
-        metavar="URL",
-        help=url_help
-        or "server root or its OpenAI /v1 base URL, e.g. http://127.0.0.1:8000 (or the gateway's https URL)"
-        + (f" (default {default_url})" if default_url else ""),
-    )
-    parser.add_argument("--api-key-file", metavar="FILE", help=KEY_HELP)
-    parser.add_argument(
-        "--ca-file",
-        metavar="PEM",
-        help="verify https against this CA bundle only (a gateway with a private CA); default: system CAs",
-    )
+def add_endpoint_args(parser: argparse.ArgumentParser, *, from_config: bool = False) -> None:
+    """--base-url (default `options.default_base_url()`; `from_config`: the verb's config first),
+    --api-key-file, --ca-file: made by `vllm_station.options`, the one home of their default and help."""
+    options.add_base_url(parser, from_config=from_config)
+    options.add_api_key_file(parser)
+    options.add_ca_file(parser)
 
 
 @dataclass(frozen=True)

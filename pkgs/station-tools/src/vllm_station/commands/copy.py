@@ -39,7 +39,7 @@ from pathlib import Path
 from types import FrameType
 from urllib.parse import urlsplit
 
-from vllm_station import argtypes, checkpoint_args
+from vllm_station import checkpoint_args, options
 from vllm_station.checkpoint.layout import CONFIG_NAME
 from vllm_station.checkpoint.stamp import (
     STAMP_NAME,
@@ -164,16 +164,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--sha256", action="store_true", help="verify: also compare full sha256 with the copied hash record"
     )
-    parser.add_argument(
-        "--timeout", type=argtypes.seconds(), default=30.0, metavar="S",
-        help="seconds to connect to A's daemon, and the most rsync may go without data (default 30)",
-    )  # fmt: skip
+    options.add_timeout(
+        parser, default=30.0, what="to connect to A's daemon, and the most rsync may go without data"
+    )
     parser.add_argument(
         "--bwlimit",
         metavar="RATE",
         help="rsync --bwlimit (e.g. 500M: bytes/s with K/M/G suffixes); default none",
     )
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    options.add_json(parser)
 
 
 def parse_source(text: str) -> Source:

@@ -49,7 +49,7 @@ from urllib.parse import quote, urlsplit
 
 import httpx
 
-from vllm_station import bounded, checkpoint_args, redact
+from vllm_station import bounded, checkpoint_args, options, redact
 from vllm_station.api.sse import excerpt
 from vllm_station.api.transport import RedirectRefused, SyncHttp, TooLarge, proxy_from_environment
 from vllm_station.checkpoint.hashes import HashRecord, RecordedFile, read_hash_record, write_hash_record
@@ -133,7 +133,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--sha256", action="store_true", help="verify: also compare full sha256 with the hub's"
     )
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    options.add_json(parser)
 
 
 def _truthy(value: str | None) -> bool:

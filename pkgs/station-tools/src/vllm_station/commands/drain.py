@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 
+from vllm_station import options
 from vllm_station.drainflag import drain_flag, render, status, stopping_flag, write_flag
 from vllm_station.errors import EXIT_OK
 
@@ -25,7 +26,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="the serving unit's stop begins: write the stopping flag (removed with the unit's runtime dir)",
     )
     mode.add_argument("--status", action="store_true", help="show both flags, change nothing")
-    parser.add_argument("--json", action="store_true", help="the status as JSON on stdout")
+    options.add_json(parser, what="the status")
 
 
 def run(args: argparse.Namespace) -> int:

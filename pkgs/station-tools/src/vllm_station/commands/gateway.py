@@ -35,7 +35,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vllm_station import bounded, output, redact
+from vllm_station import bounded, options, output, redact
 from vllm_station.errors import EXIT_OK, StationError, UsageError
 
 PREFIX = "vllm-station gateway:"
@@ -223,7 +223,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="the key the stations expect (default: no Authorization to the stations)",
     )
-    sp.add_argument("--json", action="store_true", help="print what was written as JSON (names, not keys)")
+    options.add_json(sp, what="what was written (names, not keys)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from vllm_station import argtypes, bounded, polling, textfile
+from vllm_station import argtypes, bounded, options, polling, textfile
 from vllm_station.errors import EXIT_FAIL, EXIT_OK, EXIT_PENDING, UsageError
 from vllm_station.host.journal import decode, read_log_file, read_unit
 from vllm_station.report import dump_json
@@ -594,7 +594,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="with --unit: read the unit's whole journal, not the current start",
     )
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    options.add_json(parser)
 
 
 def run(args: argparse.Namespace) -> int:

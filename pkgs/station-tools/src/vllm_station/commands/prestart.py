@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vllm_station import argtypes, textfile
+from vllm_station import argtypes, options, textfile
 from vllm_station.errors import EXIT_FAIL, EXIT_OK, StationError, UsageError
 from vllm_station.host import container as rt
 from vllm_station.host.sysfs import (
@@ -114,7 +114,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=20,
         help="saved container logs to keep (default 20)",
     )
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    options.add_json(parser)
 
 
 def options_from_args(args: argparse.Namespace) -> PrestartOptions:

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from vllm_station import argtypes, report, textfile
+from vllm_station import argtypes, options, report, textfile
 from vllm_station.api import ApiClient, ApiError, ChatChunk, collect_stream
 from vllm_station.api.args import add_endpoint_args, endpoint_from_args
 from vllm_station.api.urls import display_url
@@ -169,21 +169,14 @@ def families(rep: ProbeReport) -> list[textfile.Family]:
 
 def configure(parser: argparse.ArgumentParser) -> None:
     add_endpoint_args(parser)
-    parser.add_argument(
-        "--model", metavar="NAME", help="served model name (default: the single model listed)"
-    )
+    options.add_model(parser)
     parser.add_argument(
         "--max-tokens",
         type=argtypes.count(hi=MAX_TOKENS_LIMIT),
         default=64,
         help="fixed length of the generation, tokens (default 64)",
     )
-    parser.add_argument(
-        "--timeout",
-        type=argtypes.seconds(hi=argtypes.DAY),
-        default=60.0,
-        help="seconds allowed for each request (default 60)",
-    )
+    options.add_timeout(parser, default=60.0, what="each request")
     parser.add_argument(
         "--tool-choice",
         choices=["auto", "required", "none"],
@@ -196,7 +189,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=None,
         help=f"write {TEXTFILE} here for node_exporter (default: none)",
     )
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    options.add_json(parser)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from vllm_station import argtypes
+from vllm_station import argtypes, options
 from vllm_station.checkpoint.revisions import (
     adopt_flat_checkpoint,
     delete_revision,
@@ -36,7 +36,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "list", help="the revisions under DIR/revisions", description="the revisions under DIR/revisions"
     )
     ls.add_argument("dir", metavar="DIR", type=Path, help="the model's directory (a download entry's dir)")
-    ls.add_argument("--json", action="store_true", help="print JSON")
+    options.add_json(ls, what="the revisions")
     prune = sub.add_parser(
         "prune",
         help="delete old verified revisions, keeping the pinned one and the N newest",
@@ -59,14 +59,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="another revision never deleted (repeatable)",
     )
     prune.add_argument("--dry-run", action="store_true", help="say what would be deleted; delete nothing")
-    prune.add_argument("--json", action="store_true", help="print JSON")
+    options.add_json(prune, what="what was (or would be) deleted")
     adopt = sub.add_parser(
         "adopt",
         help="move a checkpoint verified directly in DIR into DIR/revisions/REV",
         description="move a checkpoint verified directly in DIR into DIR/revisions/REV",
     )
     adopt.add_argument("dir", metavar="DIR", type=Path, help="the model's directory (a download entry's dir)")
-    adopt.add_argument("--json", action="store_true", help="print JSON")
+    options.add_json(adopt, what="the move")
 
 
 def _check_revision(flag: str, value: str) -> None:

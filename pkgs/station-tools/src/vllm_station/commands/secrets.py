@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vllm_station import bounded
+from vllm_station import bounded, options
 from vllm_station.errors import EXIT_FAIL, EXIT_OK, UsageError
 
 PREFIX = "vllm-station secrets:"
@@ -172,7 +172,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="UNIT",
         help="only the secrets of UNIT (repeatable; default every unit in the manifest)",
     )
-    sp.add_argument("--json", action="store_true", help="print the findings as JSON (paths, never contents)")
+    options.add_json(sp, what="the findings (paths, never contents)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vllm_station import argtypes, bounded, report
+from vllm_station import bounded, options, report
 from vllm_station.api import (
     ApiClient,
     ApiError,
@@ -463,25 +463,15 @@ def _finish(
 
 def configure(parser: argparse.ArgumentParser) -> None:
     add_endpoint_args(parser)
-    parser.add_argument(
-        "--model", metavar="NAME", help="served model name (default: the single model listed)"
-    )
-    parser.add_argument(
-        "--timeout",
-        type=argtypes.seconds(),
-        default=60.0,
-        metavar="S",
-        help="seconds allowed for each request, streams included (default 60)",
-    )
+    options.add_model(parser)
+    options.add_timeout(parser, default=60.0, what="each request, streams included")
     parser.add_argument(
         "--tool-choice",
         choices=["auto", "required"],
         default="auto",
         help="tool_choice for the get_weather checks (default auto)",
     )
-    parser.add_argument(
-        "--json", action="store_true", help="print the report as JSON (schema in docs/smoke.md)"
-    )
+    options.add_json(parser, what="the report (schema in docs/smoke.md)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -12,12 +12,13 @@ from __future__ import annotations
 import argparse
 import sys
 
+from vllm_station import options
 from vllm_station.drainflag import drain_flag, remove_flag, render, status
 from vllm_station.errors import EXIT_OK
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true", help="the status as JSON on stdout")
+    options.add_json(parser, what="the status")
 
 
 def run(args: argparse.Namespace) -> int:

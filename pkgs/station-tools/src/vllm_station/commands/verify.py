@@ -13,7 +13,7 @@ import logging
 import sys
 from pathlib import Path
 
-from vllm_station import checkpoint_args
+from vllm_station import checkpoint_args, options
 from vllm_station.checkpoint.hashes import HASHES_NAME
 from vllm_station.checkpoint.verification import (
     VerifyReport,
@@ -44,7 +44,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help=f"also stream every file and compare with the hub hashes recorded in {HASHES_NAME} "
         "(runs bound to NUMA node 0 where libnuma is available)",
     )
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    options.add_json(parser)
 
 
 def bind_for_streaming() -> str | None:

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from vllm_station import argtypes, bounded
+from vllm_station import argtypes, bounded, options
 from vllm_station.api import ApiClient, ApiError, ApiUnreachable, HttpStatusError, load_api_key
 from vllm_station.api.args import add_endpoint_args
 from vllm_station.errors import EXIT_OK, CheckFailed, Unreachable, UsageError
@@ -56,16 +56,9 @@ class Outcome:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    add_endpoint_args(parser, url_help="server root or its /v1 URL, e.g. http://127.0.0.1:8888")
-    parser.add_argument(
-        "--model", help="served model name to probe (default: the first one /v1/models lists)"
-    )
-    parser.add_argument(
-        "--timeout",
-        type=argtypes.seconds(hi=argtypes.WEEK),
-        default=900.0,
-        help="give up after this many seconds (900)",
-    )
+    add_endpoint_args(parser)
+    options.add_model(parser)
+    options.add_timeout(parser, default=900.0, what="give up after this long", hi=argtypes.WEEK)
     parser.add_argument(
         "--interval",
         type=argtypes.seconds(hi=3600),

@@ -66,7 +66,7 @@ from pathlib import Path
 
 import httpx
 
-from vllm_station import argtypes, textfile
+from vllm_station import argtypes, options, textfile
 from vllm_station.api import ApiClient, ApiError, ApiKeyError, ApiUnreachable
 from vllm_station.api.args import Endpoint, add_endpoint_args, endpoint_from_args
 from vllm_station.api.beacon import ask_beacon
@@ -621,9 +621,7 @@ def _figures(shown: Mapping[str, float], stale_s: float | None) -> str:
 
 def configure(parser: argparse.ArgumentParser) -> None:
     add_endpoint_args(parser)
-    parser.add_argument(
-        "--model", help="served model name to probe (default: the first one /v1/models lists)"
-    )
+    options.add_model(parser)
     parser.add_argument(
         "--unit",
         type=argtypes.unit_name,
@@ -677,7 +675,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="stop after this many looks (default: run on)",
     )
-    parser.add_argument("--json", action="store_true", help="print each verdict as one JSON line on stdout")
+    options.add_json(parser, what="each verdict (one line each)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -41,7 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vllm_station import argtypes, polling
+from vllm_station import argtypes, options, polling
 from vllm_station.checkpoint.stamp import STAMP_NAME, StampError, StampMissing, read_stamp
 from vllm_station.errors import EXIT_FAIL, EXIT_OK, EXIT_PENDING, UsageError
 from vllm_station.host.journal import read_log_file, read_unit
@@ -460,7 +460,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="with --unit: read the unit's whole journal, not the current start",
     )
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    options.add_json(parser)
 
 
 def run(args: argparse.Namespace) -> int:

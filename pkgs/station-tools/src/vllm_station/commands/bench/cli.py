@@ -3,7 +3,8 @@
     station bench sweep --base-url http://127.0.0.1:8888 --concurrency 1,8,16,32 --warmup 3x --requests 10x
     station bench burst --base-url … --concurrency 1,32,256 --output-len 256 --repeats 3
     station bench prefill --base-url … --lengths 8k,32k,128k
-    … --json out.json --csv out.csv --plots plots/ --expect c1.tok_s>=100 --expect failures==0
+    … --output out.json --csv out.csv --plots plots/ --expect c1.tok_s>=100 --expect failures==0
+    station bench sweep … --json > out.json      # the JSON report on stdout, the table on stderr
     station bench sweep … --prompts coding.jsonl --no-ignore-eos --save-responses responses/
 
 Exit codes: 0 done (and every --expect held); 1 an expectation failed, no request succeeded, /v1/models
@@ -17,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
 import resource
 import secrets
 import sys
@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from vllm_station import argtypes, output
+from vllm_station import options as shared_options  # `options()` below builds BenchOptions
 from vllm_station.api.args import add_endpoint_args, endpoint_from_args
 from vllm_station.commands.bench import dataset, outputs
 from vllm_station.commands.bench import expect as expect_mod
@@ -60,6 +61,20 @@ MAX_TIMEOUT = argtypes.DAY
 MAX_SEED = 2**32 - 1
 
 
+MODES = ("sweep", "burst", "prefill")
+
+
+def _mode(text: str) -> str:
+    """The positional mode; anything else is a usage error that says what `--json` is now, so that
+    `station bench --json out.json` (the old form, `--json FILE`) stops with a hint and writes nothing."""
+    if text in MODES:
+        return text
+    raise argparse.ArgumentTypeError(
+        f"invalid mode {text!r} (choose from {', '.join(MODES)}); note: --json is a switch (the report as "
+        "JSON on stdout) — to write the report to a file, use --output FILE"
+    )
+
+
 def _int_list(hi: int, *, k: bool) -> Callable[[str], list[int]]:
     """`1,8,32` (or with `k`: `8k,32k` = ×1024): 1…hi each, at most MAX_LEVELS of them."""
     return argtypes.int_list(hi, k=k, max_items=MAX_LEVELS)
@@ -74,14 +89,9 @@ def _count(lo: int) -> Callable[[str], str]:
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = (expect_mod.__doc__ or "") + "\n" + (__doc__ or "").split("\n\n", 1)[1]
-    parser.add_argument("mode", nargs="?", choices=("sweep", "burst", "prefill"), default="sweep")
-    default_url = os.environ.get("STATION_BASE_URL", "http://127.0.0.1:8000")
-    add_endpoint_args(
-        parser,
-        default_url=default_url,
-        url_help=f"server root or …/v1, http or https (default $STATION_BASE_URL or {default_url})",
-    )
-    parser.add_argument("--model", default=None, help="model name (default: the first of /v1/models)")
+    parser.add_argument("mode", nargs="?", type=_mode, choices=MODES, default="sweep")
+    add_endpoint_args(parser)
+    shared_options.add_model(parser)
     parser.add_argument(
         "--concurrency",
         "-c",
@@ -143,12 +153,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=0.0,
         help="sampling temperature, 0…2 (default 0)",
     )
-    parser.add_argument(
-        "--timeout",
-        type=argtypes.seconds(hi=MAX_TIMEOUT),
-        default=600.0,
-        help=f"per-request limit in seconds (default 600; up to {MAX_TIMEOUT:g})",
-    )
+    shared_options.add_timeout(parser, default=600.0, what="each request", hi=MAX_TIMEOUT)
     parser.add_argument(
         "--tokenizer",
         type=Path,
@@ -175,13 +180,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="prompt seed (default: a fresh one per run, recorded in the report; with a fixed seed a "
         "second run repeats the same prompts and the server's prefix cache answers part of them)",
     )
-    parser.add_argument(
-        "--json",
-        dest="json_out",
-        type=output.out_file(dash=True),
-        default=None,
-        help="write the JSON report here ('-' = stdout)",
-    )
+    shared_options.add_json(parser, what="the report (the table goes to stderr then)")
+    shared_options.add_output(parser)
     parser.add_argument(
         "--csv", dest="csv_out", type=output.out_file(), default=None, help="write one CSV row per level here"
     )
@@ -202,13 +202,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="EXPR",
         help="gate, e.g. c1.tok_s>=100, c32.ttft_p50<=1.5, failures==0 (repeatable)",
     )
-    parser.add_argument(
-        "--quiet",
-        "--no-progress",
-        dest="no_progress",
-        action="store_true",
-        help="no progress lines on stderr (the level of how many, requests done, time left)",
-    )
+    shared_options.add_quiet(parser)
 
 
 def _check_budgets(opts: BenchOptions) -> None:
@@ -233,8 +227,8 @@ def _check_connections(max_concurrency: int) -> None:
 
 def _check_outputs(args: argparse.Namespace) -> None:
     """Every output can be written: before the first request, not after the run."""
-    if args.json_out and args.json_out != "-":
-        outputs.check_file("--json", Path(args.json_out))
+    if args.output is not None:
+        outputs.check_file("--output", args.output)
     if args.csv_out is not None:
         outputs.check_file("--csv", args.csv_out)
     if args.plots is not None:
@@ -243,8 +237,8 @@ def _check_outputs(args: argparse.Namespace) -> None:
     if args.save_responses is not None:
         outputs.check_dir("--save-responses", args.save_responses)
     if args.prompts is not None:
-        for option, out in (("--json", args.json_out), ("--csv", args.csv_out)):
-            if out and out != "-" and Path(out).exists() and Path(out).resolve() == args.prompts.resolve():
+        for option, out in (("--output", args.output), ("--csv", args.csv_out)):
+            if out is not None and out.exists() and out.resolve() == args.prompts.resolve():
                 raise UsageError(f"{option} {out} is the --prompts file: it would be overwritten")
 
 
@@ -287,7 +281,7 @@ def options(args: argparse.Namespace) -> BenchOptions:
         tokenizer=args.tokenizer,
         scrape=args.scrape_metrics,
         seed=args.seed if args.seed is not None else secrets.randbits(31),
-        progress=not args.no_progress,
+        progress=not args.quiet,
         expectations=expect_mod.parse(args.expect),
         prompts_file=args.prompts,
         save_responses=args.save_responses,
@@ -300,11 +294,11 @@ def options(args: argparse.Namespace) -> BenchOptions:
 
 def write_outputs(args: argparse.Namespace, report: BenchReport) -> None:
     """The table, and every requested output; all of them even when one fails (then: an error)."""
-    to_stdout = args.json_out == "-"
+    to_stdout = bool(args.json)
     json_text = redact(to_json(report))
     written = outputs.Written()
-    if args.json_out and not to_stdout:
-        outputs.write_file(Path(args.json_out), json_text, written, "--json")
+    if args.output is not None:
+        outputs.write_file(args.output, json_text, written, "--output")
     if args.csv_out:
         outputs.write_file(args.csv_out, redact(to_csv(report)), written, "--csv")
     if args.plots:

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from vllm_station import argtypes, bounded, output, report
+from vllm_station import argtypes, bounded, options, output, report
 from vllm_station.api.args import add_endpoint_args, endpoint_from_args
 from vllm_station.batteries.cases import ToolCase, load_tool_cases
 from vllm_station.batteries.tasks import load_agent_tasks
@@ -55,14 +55,8 @@ def _json_object(text: str) -> dict[str, Any]:
 
 def _common(sp: argparse.ArgumentParser, timeout: float, max_tokens: int) -> None:
     add_endpoint_args(sp)
-    sp.add_argument("--model", metavar="NAME", help="served model name (default: the single model listed)")
-    sp.add_argument(
-        "--timeout",
-        type=argtypes.seconds(hi=argtypes.DAY),
-        default=timeout,
-        metavar="S",
-        help=f"seconds per request (default {timeout:g})",
-    )
+    options.add_model(sp)
+    options.add_timeout(sp, default=timeout, what="each request")
     sp.add_argument(
         "--max-tokens",
         type=argtypes.count(hi=MAX_TOKENS),
@@ -77,11 +71,9 @@ def _common(sp: argparse.ArgumentParser, timeout: float, max_tokens: int) -> Non
         metavar="JSON",
         help='more fields for every request, e.g. \'{"chat_template_kwargs": {"enable_thinking": false}}\'',
     )
-    sp.add_argument("--json", action="store_true", help="print the report as JSON (docs/gates.md)")
-    sp.add_argument(
-        "--output", type=output.out_file(), metavar="FILE", help="also write the JSON report here"
-    )
-    sp.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    options.add_json(sp, what="the report (docs/gates.md)")
+    options.add_output(sp)
+    options.add_quiet(sp)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 from vllm_station.api import ApiClient, ApiError, ApiUnreachable, ChatChunk, collect_stream
 from vllm_station.commands.gates.checker import Answer
-from vllm_station.errors import UsageError
+from vllm_station.errors import CheckFailed, UsageError
 
 SEED = 1234
 # The longest max_model_len the gates build prompts for: twice GLM-5.3-Flash's full 1,048,576. A 90 % needle
@@ -45,7 +45,9 @@ class Sampling:
 
 
 def resolve_model(api: ApiClient, want: str | None) -> str:
-    """`want`, checked against /v1/models; without it, the only model served."""
+    """`want`, checked against /v1/models; without it, the only model served. A model the server does not
+    list is the server's answer, not a bad argument: `CheckFailed` (exit 1); several models and no
+    `want` is the operator's choice: `UsageError` (2) — as in every verb (docs/architecture.md)."""
     ids = [m.id for m in api.models()]
     if want is None:
         if len(ids) != 1:
@@ -53,7 +55,7 @@ def resolve_model(api: ApiClient, want: str | None) -> str:
             raise UsageError(f"the server lists {len(ids)} models ({listed}): choose one with --model")
         return ids[0]
     if want not in ids:
-        raise UsageError(f"model {want!r} is not served; the server lists: {', '.join(ids) or 'none'}")
+        raise CheckFailed(f"model {want!r} is not served; the server lists: {', '.join(ids) or 'none'}")
     return want
 
 

@@ -32,7 +32,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from vllm_station import argtypes, bounded, output
+from vllm_station import argtypes, bounded, options, output
 from vllm_station import report as report_mod
 from vllm_station.api import ApiClient, ApiError
 from vllm_station.api.args import Endpoint, add_endpoint_args, endpoint_from_args
@@ -67,7 +67,6 @@ from vllm_station.errors import (
 
 SCHEMA_VERSION = 1
 GATES = ("smoke", "tools", "agent", "needle", "bench")
-FROM_CONFIG = "(from --config)"
 REPORT_FILES = ("golive.json", "golive.html")
 ALWAYS_EXPECT = "failures==0"
 
@@ -115,10 +114,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="the module's golive.json (base URL, model, thresholds, station)",
     )
-    add_endpoint_args(parser, default_url=FROM_CONFIG)
-    parser.add_argument(
-        "--model", metavar="NAME", help="served model name (default: config, else the only model)"
-    )
+    add_endpoint_args(parser, from_config=True)
+    options.add_model(parser, from_config=True)
     parser.add_argument(
         "--expect", action="append", default=[], metavar="EXPR",
         help="a bench threshold, e.g. c1.tok_s>=100 (repeatable; added to the config's; failures==0 always)",
@@ -132,13 +129,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--skip", default="", metavar="GATES", help=f"gates to leave out, comma-separated: {', '.join(GATES)}"
     )
-    parser.add_argument(
-        "--timeout",
-        type=TIMEOUT,
-        default=None,
-        metavar="S",
-        help="per request (default per gate)",
-    )
+    options.add_timeout(parser, default=None, what="each request (default: each gate's)")
     parser.add_argument(
         "--agent-repeats",
         type=AGENT_REPEATS,
@@ -179,8 +170,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="tokens per answer (default 256)",
     )
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    options.add_json(parser)
+    options.add_quiet(parser)
 
 
 # ---- golive.json: the contract with modules/golive.nix ----
@@ -432,11 +423,8 @@ def _say(quiet: bool, text: str) -> None:
 def run(args: argparse.Namespace) -> int:
     cfg = _load_config(args.config)
     c = _Config(cfg, args.config)
-    if args.base_url == FROM_CONFIG:
-        base_url = c.text("baseUrl")
-        if not base_url:
-            raise UsageError("give --base-url (or a --config with baseUrl)")
-        args.base_url = base_url
+    if args.base_url is None:  # --config's baseUrl, else the shared default
+        args.base_url = c.text("baseUrl") or options.default_base_url()
     if args.api_key_file is None and c.text("apiKeyFile"):
         args.api_key_file = c.text("apiKeyFile")
     plan = make_plan(args, cfg)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vllm_station import argtypes, textfile
+from vllm_station import argtypes, options, textfile
 from vllm_station.commands.preflight.core import (
     CheckResult,
     Context,
@@ -87,9 +87,7 @@ _OVERRIDES: tuple[tuple[str, str, Callable[[str], object], str], ...] = (
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, help="preflight JSON written by the NixOS module")
-    parser.add_argument(
-        "--json", action="store_true", help="print the stable JSON report (docs/preflight.md)"
-    )
+    options.add_json(parser, what="the stable report (docs/preflight.md)")
     parser.add_argument("--only", help="comma-separated check names or groups (see --list)")
     parser.add_argument(
         "--root", type=Path, default=Path("/"), help="filesystem root for /sys, /proc and paths"
