@@ -1,0 +1,113 @@
+"""Mutants of `vllm_station.weights` (scripts/bench-mutation): the verdict exactly on its documented
+boundaries (docs/weights-check.md: FAIL at >= 90 % of the whole checkpoint on one rank, WARN outside ±30 % of
+the share), the byte figures against literal units (2**30, never the module's own constant), the exit codes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from vllm_station.weights import CheckpointSize, scan
+
+GIB = 2**30  # a literal: a wrong unit in the module must not move the expectation with it
+
+
+def ckpt(n_bytes: int) -> CheckpointSize:
+    return CheckpointSize(dir="/ck", bytes=n_bytes, files=2, source="stamp")
+
+
+def log(*ranks: tuple[int, str]) -> str:
+    """vLLM 0.32.0's lines (tests/data/weights names their source): one worker per TP rank."""
+    lines = []
+    for rank, gib in ranks:
+        tag = f"(Worker_TP{rank} pid={100 + rank}) INFO 12-01 09:14:07"
+        lines += [
+            f"{tag} [gpu_model_runner.py:5039] Starting to load model /m...",
+            f"{tag} [gpu_model_runner.py:5149] Model loading took {gib} GiB memory and 12.000000 seconds",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize(
+    ("gib", "status", "code"),
+    [
+        ("9.00", "FAIL", 1),  # exactly 90 % of 10 GiB on a TP-2 rank: FAIL (>= 90 %)
+        ("8.99", "WARN", 0),  # just below: a skewed split (180 % of the 5 GiB share), not a FAIL
+    ],
+)
+def test_whole_model_fraction_exactly_on_ninety_percent(gib: str, status: str, code: int) -> None:
+    rep = scan(log((0, gib)), ckpt(10 * GIB), 2)
+    assert (rep.status, rep.exit_code) == (status, code)
+    rank = rep.ranks[0]
+    assert rank.memory_bytes == round(float(gib) * 2**30)
+    if status == "FAIL":
+        assert rep.summary == (
+            "Worker_TP0 holds 9.00 GiB of weights = 90 % of the whole checkpoint (10.00 GiB): tensor "
+            "parallelism not applied (expected 5.00 GiB per rank with TP 2)"
+        )
+    else:
+        assert rep.summary == (
+            "Worker_TP0 holds 8.99 GiB of weights, 180 % of its expected share 5.00 GiB (outside ±30 %): "
+            "a skewed split"
+        )
+
+
+def test_whole_model_fraction_is_not_judged_at_tp1() -> None:
+    """TP 1: one rank holds everything by design (100 % of the whole and of its share)."""
+    rep = scan(log((0, "10.00")), ckpt(10 * GIB), 1)
+    assert (rep.status, rep.exit_code) == ("PASS", 0)
+    assert rep.ranks[0].share_of_checkpoint == 1.0 and rep.ranks[0].share_of_expected == 1.0
+
+
+@pytest.mark.parametrize(
+    ("gib", "status"),
+    [
+        ("6.50", "PASS"),  # exactly +30 % of the 5 GiB share: within ±30 %
+        ("3.50", "PASS"),  # exactly -30 %
+        ("6.51", "WARN"),  # just outside
+        ("3.49", "WARN"),
+        ("5.00", "PASS"),
+    ],
+)
+def test_share_tolerance_exactly_on_thirty_percent(gib: str, status: str) -> None:
+    rep = scan(log((0, gib), (1, "5.00")), ckpt(10 * GIB), 2)
+    assert rep.status == status, rep.summary
+    assert rep.exit_code == 0
+    assert rep.ranks[0].share_of_expected == pytest.approx(float(gib) / 5, rel=1e-9)
+
+
+def test_pass_summary_and_figures_in_literal_units() -> None:
+    rep = scan(log((0, "5.00"), (1, "4.50")), ckpt(10 * GIB + 2), 2)
+    assert rep.expected_bytes_per_rank == 5 * 2**30 + 1  # the checkpoint's bytes // TP
+    assert [r.memory_bytes for r in rep.ranks] == [5 * 2**30, round(4.5 * 2**30)]
+    assert rep.summary == (
+        "Worker_TP0 5.00 GiB; Worker_TP1 4.50 GiB: within ±30 % of the expected 5.00 GiB per rank "
+        "(10.00 GiB / TP 2)"
+    )
+    assert rep.fix is None and rep.exit_code == 0
+
+
+def test_worst_rank_decides_and_fail_outranks_warn() -> None:
+    rep = scan(log((0, "9.50"), (1, "1.00")), ckpt(10 * GIB), 2)
+    assert [r.status for r in rep.ranks] == ["FAIL", "WARN"]
+    assert rep.status == "FAIL" and rep.exit_code == 1
+    assert rep.summary.startswith("Worker_TP0 holds 9.50 GiB of weights = 95 % of the whole checkpoint")
+
+
+def test_a_tp_rank_beyond_the_size_warns_even_with_a_fair_share() -> None:
+    rep = scan(log((2, "5.00")), ckpt(10 * GIB), 2)
+    assert rep.status == "WARN" and rep.exit_code == 0
+    assert rep.summary == (
+        "Worker_TP2 holds 5.00 GiB of weights, 100 % of its expected share 5.00 GiB; its TP rank 2 does not "
+        "exist with --tensor-parallel-size 2"
+    )
+    rep = scan(log((1, "5.00")), ckpt(10 * GIB), 2)  # rank 1 of 2 exists
+    assert rep.status == "PASS"
+
+
+def test_nothing_logged_yet_is_pending_exit_4(tmp_path: Path) -> None:
+    rep = scan("(Worker_TP0 pid=1) INFO [gpu_model_runner.py:5039] Starting to load model /m...\n",
+               ckpt(10 * GIB), 2)  # fmt: skip
+    assert (rep.status, rep.exit_code) == ("PENDING", 4)
+    assert rep.summary == "no 'Model loading took … GiB' line yet (weights are loading; 1 line(s) read)"
