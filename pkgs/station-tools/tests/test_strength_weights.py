@@ -1,6 +1,7 @@
 """Mutants of `vllm_station.weights` (scripts/bench-mutation): the verdict exactly on its documented
-boundaries (docs/weights-check.md: FAIL at >= 90 % of the whole checkpoint on one rank, WARN outside ±30 % of
-the share), the byte figures against literal units (2**30, never the module's own constant), the exit codes."""
+boundaries (docs/weights-check.md: FAIL at >= 90 % of the whole checkpoint on one rank, WARN outside ±30 %
+of the share), the byte figures against literal units (2**30, never the module's own constant), the exit
+codes."""
 
 from __future__ import annotations
 

@@ -1,0 +1,161 @@
+"""Mutants of `vllm_station.probe` (scripts/bench-mutation): the decode-rate formula checked exactly on fixed
+timestamps (a formula off by one token stays inside any tolerance a timed test can afford), what counts as
+the first and last generated token, the exported families, and the exit codes as literals."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from vllm_station import probe
+from vllm_station.api import ChatChunk
+from vllm_station.api.models import Usage
+
+
+def chunk(at: float, content: str | None = None, reasoning: str | None = None, finish: str | None = None,
+          usage: Usage | None = None) -> ChatChunk:  # fmt: skip
+    return ChatChunk(content, reasoning, [], finish, usage, at)
+
+
+class FixedStream:
+    """An endpoint whose stream arrives at fixed times (ChatChunk.elapsed_s): the figures are exact."""
+
+    api_url = "http://user:pw@127.0.0.1:8000/v1"
+
+    def __init__(self, chunks: list[ChatChunk]) -> None:
+        self.chunks = chunks
+        self.asked: dict[str, Any] = {}
+
+    def chat_stream(self, model: str, messages: Any, **kw: Any) -> Iterator[ChatChunk]:
+        self.asked = {"model": model, "messages": messages, **kw}
+        yield from self.chunks
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """perf_counter for the whole request: 100.0 when sent, 102.5 when the stream ended."""
+    times = [100.0, 102.5]
+    monkeypatch.setattr(probe.time, "perf_counter", lambda: times.pop(0) if len(times) > 1 else times[0])
+    return times
+
+
+def stream(n_tokens: int, first: float, last: float, finish: str = "length") -> list[ChatChunk]:
+    return [
+        chunk(0.1),  # the role chunk: no text, not the first token
+        chunk(first, reasoning="Counting."),  # reasoning is generated text too
+        chunk((first + last) / 2, content="1\n2\n"),
+        chunk(last, content="3\n"),
+        chunk(last + 0.4, finish=finish),  # no text: not the last token
+        chunk(last + 0.5, usage=Usage(7, n_tokens, 7 + n_tokens)),
+    ]
+
+
+def test_decode_rate_exactly_on_fixed_timestamps(clock: list[float]) -> None:
+    api = FixedStream(stream(33, 0.25, 1.85))
+    rep, error = probe.generate(api, "m", 64)  # type: ignore[arg-type]
+    assert error is None and rep.ok is True
+    assert rep.completion_tokens == 33
+    assert rep.tokens_per_second == 20.0  # (33 - 1) / (1.85 - 0.25), not 33 / 1.6 = 20.62
+    assert rep.itl_s == 0.05  # (1.85 - 0.25) / (33 - 1)
+    assert rep.ttft_s == 0.25
+    assert rep.request_tokens_per_second == 13.2  # 33 / 2.5 s
+    assert rep.duration_s == 2.5
+    assert rep.reason == "33 tokens in 2.50 s: 20 tok/s decode (one user), TTFT 250 ms"
+    assert rep.base_url == "http://127.0.0.1:8000/v1"  # never the credentials
+    assert api.asked == {
+        "model": "m",
+        "messages": [
+            {"role": "user", "content": "Count from 1 to 1000, one number per line, without any other text."}
+        ],
+        "max_tokens": 64,
+        "temperature": 0,
+        "seed": 1234,  # smoke's seed: the same answer every run
+        "extra": {"ignore_eos": True},
+    }
+
+
+def test_a_stream_that_stopped_early_says_its_finish_reason(clock: list[float]) -> None:
+    rep, error = probe.generate(FixedStream(stream(5, 0.5, 1.5, finish="stop")), "m", 64)  # type: ignore[arg-type]
+    assert error is None
+    assert rep.tokens_per_second == 4.0 and rep.itl_s == 0.25
+    assert rep.reason == "5 tokens in 2.50 s: 4 tok/s decode (one user), TTFT 500 ms, finish_reason stop"
+
+
+def test_one_token_has_no_decode_rate(clock: list[float]) -> None:
+    rep, error = probe.generate(FixedStream(stream(1, 0.5, 0.5)), "m", 1)  # type: ignore[arg-type]
+    assert error is None and rep.ok is True
+    assert rep.tokens_per_second is None and rep.itl_s is None
+    assert rep.request_tokens_per_second == 0.4
+    assert rep.reason == "1 tokens in 2.50 s: rate unmeasured decode (one user), TTFT 500 ms"
+
+
+def test_two_tokens_at_the_same_instant_have_no_rate(clock: list[float]) -> None:
+    rep, _ = probe.generate(FixedStream(stream(2, 0.5, 0.5)), "m", 2)  # type: ignore[arg-type]
+    assert rep.tokens_per_second is None and rep.itl_s is None and rep.completion_tokens == 2
+
+
+@pytest.mark.parametrize(
+    ("chunks", "reason"),
+    [
+        ([chunk(0.1, content="hi"), chunk(0.2, finish="stop")], "generation returned no usage"),
+        ([chunk(0.1), chunk(0.2, usage=Usage(7, 0, 7))], "generation returned no usage"),
+        ([chunk(0.1), chunk(0.2, usage=Usage(7, 3, 10))], "generation returned no generated text"),
+    ],
+)
+def test_no_usage_or_no_text_is_a_protocol_failure(
+    clock: list[float], chunks: list[ChatChunk], reason: str
+) -> None:
+    rep, error = probe.generate(FixedStream(chunks), "m", 8)  # type: ignore[arg-type]
+    assert (rep.ok, error, rep.reason, rep.exit_code) == (False, "protocol", reason, 1)
+    assert rep.tokens_per_second is None and rep.completion_tokens is None
+
+
+def _report(**kw: Any) -> probe.ProbeReport:
+    base: dict[str, Any] = dict(
+        schema=1, base_url="u", model="m", max_tokens=64, ok=True, tokens_per_second=20.0,
+        request_tokens_per_second=13.2, ttft_s=0.25, itl_s=0.05, completion_tokens=33, duration_s=2.5,
+        reason="", tool_call="pass", tool_call_reason="", exit_code=0, at_unix=1700000000.0,
+    )  # fmt: skip
+    return probe.ProbeReport(**{**base, **kw})
+
+
+def _values(rep: probe.ProbeReport) -> dict[str, float]:
+    return {f.name: f.samples[0].value for f in probe.families(rep)}
+
+
+def test_families_export_the_reported_figures() -> None:
+    assert _values(_report()) == {
+        "station_probe_success": 1.0,
+        "station_probe_tokens_per_second": 20.0,
+        "station_probe_request_tokens_per_second": 13.2,
+        "station_probe_ttft_seconds": 0.25,
+        "station_probe_inter_token_latency_seconds": 0.05,
+        "station_probe_completion_tokens": 33.0,
+        "station_probe_max_tokens": 64,
+        "station_probe_tool_call_success": 1.0,
+        "station_probe_duration_seconds": 2.5,
+        "station_probe_last_run_timestamp_seconds": 1700000000.0,
+    }
+
+
+@pytest.mark.parametrize(("tool", "value"), [("pass", 1.0), ("warn", 1.0), ("fail", 0.0), ("skip", math.nan)])
+def test_tool_call_success_per_verdict(tool: str, value: float) -> None:
+    got = _values(_report(tool_call=tool))["station_probe_tool_call_success"]
+    assert got == value or (math.isnan(value) and math.isnan(got))
+
+
+def test_a_failed_generation_exports_nan_figures_and_success_0() -> None:
+    got = _values(_report(ok=False, tokens_per_second=None, request_tokens_per_second=None, ttft_s=None,
+                          itl_s=None, completion_tokens=None))  # fmt: skip
+    assert got["station_probe_success"] == 0.0
+    for name in ("tokens_per_second", "request_tokens_per_second", "ttft_seconds",
+                 "inter_token_latency_seconds", "completion_tokens"):  # fmt: skip
+        assert math.isnan(got[f"station_probe_{name}"]), name
+    assert got["station_probe_max_tokens"] == 64 and got["station_probe_duration_seconds"] == 2.5
+
+
+def test_textfile_name_is_the_documented_one() -> None:
+    assert probe.TEXTFILE == "station-probe.prom"  # modules/monitoring reads this name
