@@ -16,7 +16,6 @@ from vllm_station.errors import UsageError
 from vllm_station.gates import classes as C
 from vllm_station.gates.common import Sampling
 from vllm_station.gates.needle import (
-    QUESTION,
     Needle,
     NeedleResult,
     PromptBuilder,
@@ -26,6 +25,11 @@ from vllm_station.gates.needle import (
     parse_lengths,
     plan,
     run_battery,
+)
+
+# literals, never the tested module's own constants (tests/test_architecture_literals.py)
+QUESTION = (
+    "What is the special magic number for {key} mentioned in the text above? Answer with the number only."
 )
 
 MML = 20_000

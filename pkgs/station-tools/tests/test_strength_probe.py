@@ -156,6 +156,3 @@ def test_a_failed_generation_exports_nan_figures_and_success_0() -> None:
         assert math.isnan(got[f"station_probe_{name}"]), name
     assert got["station_probe_max_tokens"] == 64 and got["station_probe_duration_seconds"] == 2.5
 
-
-def test_textfile_name_is_the_documented_one() -> None:
-    assert probe.TEXTFILE == "station-probe.prom"  # modules/monitoring reads this name
