@@ -4,15 +4,19 @@ the first and last generated token, the exported families, and the exit codes as
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from faultserver import FaultServer, RawReply, Reply, Request, SseReply, chat_chunks, chat_completion
+from simserver import SimServer
 
-from vllm_station import probe
-from vllm_station.api import ChatChunk
+from vllm_station import cli, probe
+from vllm_station.api import ApiClient, ChatChunk
 from vllm_station.api.models import Usage
+from vllm_station.bench.sim.config import SimConfig
 
 
 def chunk(at: float, content: str | None = None, reasoning: str | None = None, finish: str | None = None,
@@ -156,3 +160,101 @@ def test_a_failed_generation_exports_nan_figures_and_success_0() -> None:
         assert math.isnan(got[f"station_probe_{name}"]), name
     assert got["station_probe_max_tokens"] == 64 and got["station_probe_duration_seconds"] == 2.5
 
+
+
+# ---- run_probe and the command, against the simulator and refusing servers -------------------------------
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[SimServer]:
+    with SimServer(SimConfig(model="sim", ttft=0.0, itl=0.0, eos_after=5)) as s:
+        yield s
+
+
+def probe_cli(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, *args: str
+) -> tuple[int, str, str]:
+    monkeypatch.delenv("STATION_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    capsys.readouterr()
+    code = cli.main(["probe", *args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_the_command_defaults_and_its_table(
+    sim: SimServer, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code, out, err = probe_cli(capsys, monkeypatch, "--base-url", sim.base_url, "--json")
+    rep = json.loads(out)
+    assert code == 0 and err == ""
+    assert (rep["schema"], rep["max_tokens"], rep["completion_tokens"], rep["model"]) == (1, 64, 64, "sim")
+    assert (rep["ok"], rep["tool_call"], rep["exit_code"]) == (True, "pass", 0)
+    assert rep["base_url"] == sim.base_url + "/v1"
+    code, out, _ = probe_cli(capsys, monkeypatch, "--base-url", sim.base_url, "--max-tokens", "4096",
+                             "--tool-choice", "none")  # fmt: skip
+    lines = out.splitlines()
+    assert code == 0 and len(lines) == 3
+    assert lines[0] == f"station probe  {sim.base_url}/v1  model=sim"
+    assert lines[1].startswith("generation PASS: 4096 tokens in ")
+    assert lines[2] == "tool call SKIP: not run"
+
+
+def test_the_largest_and_one_more_max_tokens(
+    sim: SimServer, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code, _, err = probe_cli(capsys, monkeypatch, "--base-url", sim.base_url, "--max-tokens", "4097")
+    assert code == 2 and "argument --max-tokens: must be a whole number from 1 to 4,096, got '4097'" in err
+
+
+def test_a_failed_tool_call_is_exit_1_naming_it(capsys: pytest.CaptureFixture[str],
+                                               monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """The generation passes, the server answers the tool call with text: exit 1, the tool call's reason on
+    stderr (not the generation's)."""
+    def answer(req: Request) -> Reply | SseReply:
+        if json.loads(req.body).get("stream"):
+            return SseReply(events=chat_chunks("m", content="1\n2\n3\n"))
+        return Reply(json=chat_completion("m", content="It is sunny in Paris."))
+
+    srv = FaultServer({("GET", "/v1/models"): Reply(json={"object": "list", "data": [{"id": "m"}]}),
+                       ("POST", "/v1/chat/completions"): answer}).start()  # fmt: skip
+    try:
+        code, out, err = probe_cli(capsys, monkeypatch, "--base-url", srv.url, "--json")
+    finally:
+        srv.stop()
+    rep = json.loads(out)
+    assert code == 1 and rep["ok"] is True and rep["tool_call"] == "fail" and rep["exit_code"] == 1
+    assert err == f"station probe: {rep['tool_call_reason']}\n"
+
+
+def test_no_model_listed_is_exit_1_and_nothing_generated(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    srv = FaultServer({("GET", "/v1/models"): Reply(json={"object": "list", "data": []})}).start()
+    try:
+        code, out, err = probe_cli(capsys, monkeypatch, "--base-url", srv.url, "--json")
+    finally:
+        srv.stop()
+    rep = json.loads(out)
+    assert code == 1 and rep["exit_code"] == 1 and rep["ok"] is False
+    assert rep["reason"].startswith("models: ") and rep["tool_call_reason"] == "not run: no model"
+    assert rep["completion_tokens"] is None and rep["tool_call"] == "skip"
+    assert [r.path for r in srv.requests] == ["/v1/models"]
+    assert err == f"station probe: {rep['reason']}\n"
+
+
+def test_unreachable_during_the_generation_skips_the_tool_call(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    srv = FaultServer({("GET", "/v1/models"): Reply(json={"object": "list", "data": [{"id": "m"}]}),
+                       ("POST", "/v1/chat/completions"): RawReply(b"")}).start()  # fmt: skip
+    try:
+        with ApiClient(srv.url, timeout=5) as api:
+            rep = probe.run_probe(api, None, 8, "auto")
+    finally:
+        srv.stop()
+    assert rep.ok is False and rep.model == "m"
+    assert (rep.exit_code, rep.tool_call, rep.tool_call_reason) in {
+        (3, "skip", "not run: endpoint unreachable"),  # the connection broke: unreachable
+        (1, "fail", rep.tool_call_reason),  # a protocol failure: the tool call still asked
+    }
