@@ -1,0 +1,158 @@
+"""Mutants of `vllm_station.gateway` (station gateway keys; scripts/bench-mutation): every documented bound
+exactly on it and one past it (a key 16-256 characters, a name 1-64, the stations' key at least 8, a key
+file at most 64 KiB), keys told apart in more than case, and the rendered maps as literal text."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from vllm_station import gateway, redact
+from vllm_station.errors import UsageError
+from vllm_station.gateway import (
+    KeySet,
+    collect,
+    read_keys,
+    read_upstream_key,
+    render_keys_map,
+    render_upstream_map,
+)
+
+
+@pytest.fixture(autouse=True)
+def _clean_registry() -> Iterator[None]:
+    yield
+    redact.forget_all()
+
+
+def keyfile(tmp_path: Path, text: str, name: str = "key-alice") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def refusal(fn: object, *args: object) -> str:
+    with pytest.raises(UsageError) as err:
+        fn(*args)  # type: ignore[operator]
+    return str(err.value)
+
+
+@pytest.mark.parametrize("length", [16, 256])
+def test_a_key_exactly_on_its_length_bounds_is_read(tmp_path: Path, length: int) -> None:
+    key = ("Ab1-._~+/=" * 30)[:length]
+    assert read_keys(keyfile(tmp_path, f"# rotated\n\n  {key}  \n")) == [key]
+
+
+@pytest.mark.parametrize("length", [15, 257])
+def test_a_key_one_past_its_length_bounds_is_refused(tmp_path: Path, length: int) -> None:
+    path = keyfile(tmp_path, "k" * 20 + "\n" + "x" * length + "\n")
+    assert refusal(read_keys, path) == (
+        f"{path} line 2: a key is 16-256 characters of A-Z a-z 0-9 - . _ ~ + / = (this one has {length} "
+        "characters)"
+    )
+
+
+def test_a_key_with_a_character_not_allowed_says_so_not_the_key(tmp_path: Path) -> None:
+    path = keyfile(tmp_path, "abcdefgh ijklmnop\n")
+    text = refusal(read_keys, path)
+    assert text == (
+        f"{path} line 1: a key is 16-256 characters of A-Z a-z 0-9 - . _ ~ + / = (this one has 17 "
+        "characters, some of them not allowed)"
+    )
+
+
+def test_the_same_key_twice_in_any_case_is_refused(tmp_path: Path) -> None:
+    path = keyfile(tmp_path, "abcdefghijklmnopq\nABCDEFGHIJKLMNOPQ\n")
+    assert refusal(read_keys, path) == f"{path} line 2: the same key comes twice in this file (in any case)"
+    empty = keyfile(tmp_path, "# only a comment\n\n", "key-empty")
+    assert refusal(read_keys, empty) == f"{empty} holds no key (one a line; empty and # lines are skipped)"
+
+
+def test_the_key_file_size_exactly_on_64_kib(tmp_path: Path) -> None:
+    key = "k" * 16 + "\n"
+    filler = "#" * (64 * 1024 - len(key) - 1) + "\n"  # comment lines count toward the size, not as keys
+    path = keyfile(tmp_path, filler + key)
+    assert path.stat().st_size == 64 * 1024
+    assert read_keys(path) == ["k" * 16]
+    path.write_text(filler + key + "\n")
+    assert refusal(read_keys, path) == f"the key file {path} is larger than 64 KiB"
+
+
+@pytest.mark.parametrize(("name", "ok"), [("a", True), ("x" * 64, True), ("x" * 65, False), ("", False),
+                                          ("al.ice", False), ("Al_i-ce9", True)])  # fmt: skip
+def test_key_names_exactly_on_their_bounds(tmp_path: Path, name: str, ok: bool) -> None:
+    path = keyfile(tmp_path, "k" * 16)
+    keys = KeySet()
+    if ok:
+        keys.add(name, path)
+        assert keys.keys == {name: ["k" * 16]} and keys.count() == 1
+    else:
+        assert refusal(keys.add, name, path) == (
+            f"{path}: the key name {name!r} is not 1-64 characters of A-Z a-z 0-9 _ -"
+        )
+
+
+def test_two_names_holding_one_key_in_another_case_are_refused(tmp_path: Path) -> None:
+    alice, bob = keyfile(tmp_path, "k" * 16 + "A"), keyfile(tmp_path, "K" * 16 + "a", "key-bob")
+    keys = KeySet()
+    keys.add("alice", alice)
+    assert refusal(keys.add, "bob", bob) == (
+        f"{bob} (bob) holds a key that {alice} (alice) holds too (keys are told apart in more than case)"
+    )
+    assert refusal(keys.add, "alice", bob) == f"the key name alice comes twice: {alice} and {bob}"
+
+
+# (its 4096-character cap is not tested here: registering a secret that long for redaction takes ~35 s)
+@pytest.mark.parametrize(("length", "ok"), [(7, False), (8, True)])
+def test_the_stations_key_exactly_on_its_bounds(tmp_path: Path, length: int, ok: bool) -> None:
+    path = keyfile(tmp_path, "u" * length + "\n", "upstream")
+    if ok:
+        assert read_upstream_key(path) == "u" * length
+    else:
+        assert refusal(read_upstream_key, path) == (
+            f"{path}: the stations' key must be one line of at least 8 characters of A-Z a-z 0-9 - . _ ~ + "
+            "/ ="
+        )
+
+
+def test_the_maps_as_nginx_reads_them(tmp_path: Path) -> None:
+    (tmp_path / "keys").mkdir()
+    keyfile(tmp_path / "keys", "b" * 16 + "\n" + "c" * 16 + "\n", "keydir_zed")
+    keyfile(tmp_path / "keys", "d" * 16, ".keydir_hidden")
+    keyfile(tmp_path / "keys", "e" * 16, "other_name")
+    (tmp_path / "keys" / "keydir_dir").mkdir()
+    keys = collect([f"alice={keyfile(tmp_path, 'a' * 16)}"], [tmp_path / "keys"], "keydir_")
+    assert render_keys_map(keys) == (
+        "# Written by `station gateway keys` at the gateway's start; API key -> \"KEY NAME\". Do not edit.\n"
+        f'"\\\\{"a" * 16}" "{"a" * 16} alice";\n'
+        f'"\\\\{"b" * 16}" "{"b" * 16} zed";\n'
+        f'"\\\\{"c" * 16}" "{"c" * 16} zed";\n'
+    )
+    assert render_upstream_map("u" * 8) == (
+        "# Written by `station gateway keys`: the Authorization the gateway sends to the stations.\n"
+        'default "Bearer uuuuuuuu";\n'
+    )
+    assert render_upstream_map(None) == (
+        "# Written by `station gateway keys`: the Authorization the gateway sends to the stations.\n"
+        'default "";\n'
+    )
+
+
+@pytest.mark.parametrize(
+    ("specs", "message"),
+    [
+        (["alice"], "--key wants NAME=FILE, got 'alice'"),
+        (["alice="], "--key wants NAME=FILE, got 'alice='"),
+        ([], "no API keys found (no --key and no --key-dir): the gateway would refuse every request"),
+    ],
+)
+def test_collect_refusals(specs: list[str], message: str) -> None:
+    assert refusal(collect, specs, [], "keydir_") == message
+
+
+def test_the_written_maps_are_private(tmp_path: Path) -> None:
+    out = tmp_path / "keys.map"
+    gateway.write_private(out, "x\n")
+    assert out.read_text() == "x\n" and out.stat().st_mode & 0o777 == 0o400
