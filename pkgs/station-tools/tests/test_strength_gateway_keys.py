@@ -4,12 +4,13 @@ file at most 64 KiB), keys told apart in more than case, and the rendered maps a
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from vllm_station import gateway, redact
+from vllm_station import cli, gateway, redact
 from vllm_station.errors import UsageError
 from vllm_station.gateway import (
     KeySet,
@@ -156,3 +157,86 @@ def test_the_written_maps_are_private(tmp_path: Path) -> None:
     out = tmp_path / "keys.map"
     gateway.write_private(out, "x\n")
     assert out.read_text() == "x\n" and out.stat().st_mode & 0o777 == 0o400
+
+
+# ---- the command -------------------------------------------------------------------------------------------
+
+KEYS_HELP = """\
+usage: station gateway keys [-h] --out OUT --upstream-out UPSTREAM_OUT [--key NAME=FILE]
+                            [--key-dir DIR] [--prefix PREFIX] [--upstream-key-file FILE] [--json]
+
+API key files -> the nginx map of key -> name (run before nginx starts)
+
+options:
+  -h, --help            show this help message and exit
+  --out OUT             the key map to write (nginx map entries)
+  --upstream-out UPSTREAM_OUT
+                        the upstream Authorization map to write
+  --key NAME=FILE       the keys of NAME (repeatable)
+  --key-dir DIR         every regular file PREFIXNAME in DIR holds the keys of NAME (repeatable)
+  --prefix PREFIX       --key-dir: only files named PREFIX… (default: all)
+  --upstream-key-file FILE
+                        the key the stations expect (default: no Authorization to the stations)
+  --json                print what was written as JSON (names, not keys)
+"""
+GATEWAY_HELP = """\
+usage: station gateway [-h] VERB ...
+
+the gateway's start step: API key files into the map nginx includes
+
+positional arguments:
+  VERB
+    keys      API key files -> the nginx map of key -> name (run before nginx starts)
+
+options:
+  -h, --help  show this help message and exit
+
+exit: 0 written, 1 an output could not be written, 2 bad arguments or key files
+"""
+
+
+@pytest.mark.parametrize(("argv", "text"), [(["gateway", "keys", "--help"], KEYS_HELP),
+                                            (["gateway", "--help"], GATEWAY_HELP)])  # fmt: skip
+def test_the_help_whole(argv: list[str], text: str, capsys: pytest.CaptureFixture[str],
+                        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    monkeypatch.setenv("COLUMNS", "100")
+    assert cli.main(argv) == 0
+    assert capsys.readouterr().out == text
+
+
+def test_the_command_writes_both_maps_and_says_what(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "d").mkdir()
+    keyfile(tmp_path / "d", "b" * 16 + "\n" + "c" * 16 + "\n", "cred_bob")
+    alice = keyfile(tmp_path, "a" * 16)
+    upstream = keyfile(tmp_path, "u" * 8, "up")
+    out, up = tmp_path / "keys.map", tmp_path / "up.map"
+    code = cli.main(["gateway", "keys", "--out", str(out), "--upstream-out", str(up),
+                     "--key", f"alice={alice}", "--key-dir", str(tmp_path / "d"), "--prefix", "cred_",
+                     "--upstream-key-file", str(upstream), "--json"])  # fmt: skip
+    captured = capsys.readouterr()
+    assert code == 0
+    assert json.loads(captured.out) == {"out": str(out), "keys": 3, "names": {"alice": 1, "bob": 2},
+                                        "upstream_key": True}  # fmt: skip
+    assert captured.err == (
+        f"vllm-station gateway: 3 keys for 2 names (alice, bob) -> {out}; the stations get the upstream "
+        "key\n"
+    )
+    assert up.read_text().endswith('default "Bearer uuuuuuuu";\n') and up.stat().st_mode & 0o777 == 0o400
+    assert out.read_text().count(" bob\";\n") == 2
+    code = cli.main(["gateway", "keys", "--out", str(out), "--upstream-out", str(up),
+                     "--key", f"alice={alice}"])  # fmt: skip
+    assert code == 0 and capsys.readouterr().err == (
+        f"vllm-station gateway: 1 keys for 1 names (alice) -> {out}; no Authorization goes to the stations\n"
+    )
+    assert up.read_text().endswith('default "";\n')
+
+
+def test_a_bad_stations_key_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out, up = tmp_path / "keys.map", tmp_path / "up.map"
+    code = cli.main(["gateway", "keys", "--out", str(out), "--upstream-out", str(up),
+                     "--key", f"alice={keyfile(tmp_path, 'a' * 16)}",
+                     "--upstream-key-file", str(keyfile(tmp_path, 'short', 'up'))])  # fmt: skip
+    assert code == 2 and not out.exists() and not up.exists()
+    assert "the stations' key must be one line of at least 8 characters" in capsys.readouterr().err
