@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from vllm_station.weights import CheckpointSize, scan
+from vllm_station.cli import main
+from vllm_station.weights import CheckpointSize, poll, render, scan
 
 GIB = 2**30  # a literal: a wrong unit in the module must not move the expectation with it
 
@@ -112,3 +113,82 @@ def test_nothing_logged_yet_is_pending_exit_4(tmp_path: Path) -> None:
                ckpt(10 * GIB), 2)  # fmt: skip
     assert (rep.status, rep.exit_code) == ("PENDING", 4)
     assert rep.summary == "no 'Model loading took … GiB' line yet (weights are loading; 1 line(s) read)"
+
+
+def test_the_rendered_report_whole() -> None:
+    """Worker_TP0 exactly 30 % above its share is PASS; the worst rank (Worker_TP1, 40 %) decides."""
+    assert render(scan(log((0, "6.50"), (1, "2.00")), ckpt(10 * GIB), 2)) == (
+        "WARN    Worker_TP1 holds 2.00 GiB of weights, 40 % of its expected share 5.00 GiB (outside ±30 %): "
+        "a skewed split\n"
+        "  source:     - (4 lines)\n"
+        "  checkpoint: /ck: 10.00 GiB in 2 .safetensors file(s) (verify stamp)\n"
+        "  expected:   5.00 GiB per rank (TP 2); WARN outside ±30 %, FAIL at >= 90 % of the whole "
+        "checkpoint\n"
+        "  process     pid  TP rank  weights GiB  % of share  load s  verdict\n"
+        "  ----------  ---  -------  -----------  ----------  ------  -------\n"
+        "  Worker_TP0  100        0         6.50         130   12.00  PASS\n"
+        "  Worker_TP1  101        1         2.00          40   12.00  WARN\n"
+        "  fix:        compare with the other station's `station weights-check`; a checkpoint other than the "
+        "verified one, another quantization, or extra layers loaded (MTP/draft) change the figure"
+    )
+
+
+HELP = """\
+usage: station weights-check [-h] (--unit UNIT | --log FILE) --checkpoint DIR
+                             --tensor-parallel-size N [--wait SECONDS] [--interval INTERVAL]
+                             [--all-invocations] [--json]
+
+after a start: weight memory per rank (vLLM log) vs the expected share
+
+options:
+  -h, --help            show this help message and exit
+  --unit UNIT           read the journal of this systemd unit (current start)
+  --log FILE            read this log file (e.g. a saved container log)
+  --checkpoint DIR      the checkpoint directory: the *.safetensors sizes its verify stamp lists
+                        (else the files')
+  --tensor-parallel-size N
+                        the TP size vLLM runs with (2 for the pair): each rank's expected share is
+                        checkpoint / N
+  --wait SECONDS        poll until the model-loading line appears or the time is up
+  --interval INTERVAL   seconds between polls with --wait (5)
+  --all-invocations     with --unit: read the unit's whole journal, not the current start
+  --json                print the report as JSON
+
+exit: 0 PASS, WARN (a skewed split) or SKIP (CPU build: no memory figure); 1 FAIL (a rank holds
+the whole model: tensor parallelism not applied); 2 bad arguments or no checkpoint size; 3 the log
+could not be read; 4 PENDING (no model-loading line yet). See docs/weights-check.md.
+"""
+
+
+def test_the_help_whole(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "100")
+    assert main(["weights-check", "--help"]) == 0
+    assert capsys.readouterr().out == HELP
+
+
+def test_poll_waits_for_the_line_then_gives_up_saying_so() -> None:
+    now = [0.0]
+    texts = ["", "", log((0, "5.00"), (1, "5.00"))]
+    reads: list[float] = []
+
+    def read() -> tuple[str, str]:
+        reads.append(now[0])
+        return texts[min(len(reads) - 1, 2)], "file x"
+
+    def sleep(s: float) -> None:
+        now[0] += s
+
+    rep = poll(read, ckpt(10 * GIB), 2, 30.0, 5.0, clock=lambda: now[0], sleep=sleep)
+    assert rep.status == "PASS" and reads == [0.0, 5.0, 10.0]
+    texts[2] = ""
+    reads.clear()
+    now[0] = 0.0
+    rep = poll(read, ckpt(10 * GIB), 2, 12.0, 5.0, clock=lambda: now[0], sleep=sleep)
+    assert rep.status == "PENDING" and rep.exit_code == 4
+    assert rep.summary == (
+        "still pending after 12 s: no 'Model loading took … GiB' line yet (loading has not started; 0 line(s) "
+        "read)"
+    )
+    reads.clear()
+    rep = poll(read, ckpt(10 * GIB), 2, None, 5.0, clock=lambda: now[0], sleep=sleep)  # no --wait: 1 read
+    assert rep.status == "PENDING" and len(reads) == 1 and rep.summary.startswith("no 'Model loading")
