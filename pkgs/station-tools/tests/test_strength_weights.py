@@ -190,5 +190,6 @@ def test_poll_waits_for_the_line_then_gives_up_saying_so() -> None:
         "read)"
     )
     reads.clear()
-    rep = poll(read, ckpt(10 * GIB), 2, None, 5.0, clock=lambda: now[0], sleep=sleep)  # no --wait: 1 read
+    # no --wait: one read
+    rep = poll(read, ckpt(10 * GIB), 2, None, 5.0, clock=lambda: now[0], sleep=sleep)
     assert rep.status == "PENDING" and len(reads) == 1 and rep.summary.startswith("no 'Model loading")
