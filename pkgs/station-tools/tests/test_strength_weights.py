@@ -186,8 +186,8 @@ def test_poll_waits_for_the_line_then_gives_up_saying_so() -> None:
     rep = poll(read, ckpt(10 * GIB), 2, 12.0, 5.0, clock=lambda: now[0], sleep=sleep)
     assert rep.status == "PENDING" and rep.exit_code == 4
     assert rep.summary == (
-        "still pending after 12 s: no 'Model loading took … GiB' line yet (loading has not started; 0 line(s) "
-        "read)"
+        "still pending after 12 s: no 'Model loading took … GiB' line yet (loading has not started; 0 "
+        "line(s) read)"
     )
     reads.clear()
     # no --wait: one read
