@@ -193,3 +193,76 @@ def test_poll_waits_for_the_line_then_gives_up_saying_so() -> None:
     # no --wait: one read
     rep = poll(read, ckpt(10 * GIB), 2, None, 5.0, clock=lambda: now[0], sleep=sleep)
     assert rep.status == "PENDING" and len(reads) == 1 and rep.summary.startswith("no 'Model loading")
+
+
+CPU_LOG = (
+    "(EngineCore_DP0 pid=7) INFO 12-01 09:07:12 [core.py:133] Initializing a V1 LLM engine (v0.32.0) with "
+    "config: model='/m', tensor_parallel_size=1, device_config=cpu\n"
+    "(EngineCore_DP0 pid=7) INFO 12-01 09:07:41 [cpu_model_runner.py:68] Starting to load model /m...\n"
+    "(EngineCore_DP0 pid=7) INFO 12-01 09:07:44 [default_loader.py:501] Loading weights took 2.50 seconds\n"
+)
+TP4_ENGINE = (
+    "(EngineCore_DP0 pid=7) INFO 12-01 09:07:12 [core.py:133] Initializing a V1 LLM engine (v0.32.0) with "
+    "config: model='/m', tensor_parallel_size=4, device_config=cuda\n"
+)
+UNTAGGED = (
+    "INFO 12-01 09:14:07 [gpu_model_runner.py:5149] Model loading took 9.50 GiB memory and 3.000000 seconds\n"
+)
+SKEWED = "of weights, 50 % of its expected share 5.00 GiB (outside ±30 %): a skewed split"
+
+
+@pytest.mark.parametrize(
+    ("text", "tp", "expected"),
+    [
+        (CPU_LOG, 1, ("SKIP", 0, "vLLM's CPU build logs no weight memory ('Loading weights took 2.50 "
+                      "seconds' only): nothing to compare with the expected 10.00 GiB per rank",
+                      "run on the GPU build (the stations) for a verdict", [], 3, "cpu", 1)),
+        (CPU_LOG, 2, ("FAIL", 1, "tensor parallelism not applied: vLLM's engine config says "
+                      "tensor_parallel_size=1, --tensor-parallel-size 2",
+                      "start vLLM with --tensor-parallel-size 2 (and the pair's --nnodes 2 on both stations)",
+                      [], 3, "cpu", 1)),
+        (UNTAGGED, 2, ("FAIL", 1, "? holds 9.50 GiB of weights = 95 % of the whole checkpoint (10.00 GiB): "
+                       "tensor parallelism not applied (expected 5.00 GiB per rank with TP 2)",
+                       "start vLLM with --tensor-parallel-size 2 across both stations (the engine line "
+                       "'tensor_parallel_size=' in the log says what it ran with); `station preflight --only "
+                       "pair-workers` shows which worker holds this GPU",
+                       ["?'s log tag names no TP rank: that vLLM ran with tensor parallel size 1",
+                        "TP rank(s) none seen of 2: vLLM logs this line once per node (its local first "
+                        "rank), so each station's journal shows its own rank"], 1, None, None)),
+        (UNTAGGED, 1, ("PASS", 0,
+                       "? 9.50 GiB: within ±30 % of the expected 10.00 GiB per rank (10.00 GiB / TP 1)",
+                       None, [], 1, None, None)),
+        (log((1, "5.00")), 2, ("PASS", 0, "Worker_TP1 5.00 GiB: within ±30 % of the expected 5.00 GiB per "
+                               "rank (10.00 GiB / TP 2)", None,
+                               ["TP rank(s) 1 seen of 2: vLLM logs this line once per node (its local first "
+                                "rank), so each station's journal shows its own rank"], 2, None, None)),
+        (TP4_ENGINE + log((0, "2.50"), (1, "2.50")), 2,
+         ("WARN", 0, f"Worker_TP0 holds 2.50 GiB {SKEWED}; Worker_TP1 holds 2.50 GiB {SKEWED}",
+          "compare with the other station's `station weights-check`; a checkpoint other than the verified "
+          "one, another quantization, or extra layers loaded (MTP/draft) change the figure",
+          ["vLLM's engine config says tensor_parallel_size=4, --tensor-parallel-size 2"], 5, None, 4)),
+        (TP4_ENGINE + log((0, "5.00"), (1, "5.00")), 2,
+         ("WARN", 0, "vLLM's engine config says tensor_parallel_size=4, --tensor-parallel-size 2: the "
+          "expected share assumes the wrong TP size; Worker_TP0 5.00 GiB; Worker_TP1 5.00 GiB: within ±30 % "
+          "of the expected 5.00 GiB per rank (10.00 GiB / TP 2)",
+          "pass the --tensor-parallel-size the unit starts vLLM with", [], 5, None, 4)),
+    ],
+)  # fmt: skip
+def test_whole_reports(text: str, tp: int, expected: tuple[object, ...]) -> None:
+    rep = scan(text, ckpt(10 * GIB), tp)
+    got = (rep.status, rep.exit_code, rep.summary, rep.fix, rep.notes, rep.lines_read, rep.platform,
+           rep.logged_tensor_parallel_size)  # fmt: skip
+    assert got == expected
+
+
+def test_the_ranks_as_read_from_the_log() -> None:
+    rep = scan(TP4_ENGINE + log((1, "2.50"), (0, "2.50")) + UNTAGGED, ckpt(10 * GIB), 2)
+    assert [(r.process, r.pid, r.tp_rank, r.memory_bytes, r.load_seconds) for r in rep.ranks] == [
+        ("Worker_TP0", 100, 0, 5 * 2**29, 12.0),
+        ("Worker_TP1", 101, 1, 5 * 2**29, 12.0),
+        ("?", None, None, round(9.5 * 2**30), 3.0),  # untagged: sorted last
+    ]
+    assert rep.ranks[0].line == (
+        "(Worker_TP0 pid=100) INFO 12-01 09:14:07 [gpu_model_runner.py:5149] Model loading took 2.50 GiB "
+        "memory and 12.000000 seconds"
+    )
