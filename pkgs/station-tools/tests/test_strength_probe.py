@@ -243,9 +243,7 @@ def test_no_model_listed_is_exit_1_and_nothing_generated(
     assert err == f"station probe: {rep['reason']}\n"
 
 
-def test_unreachable_during_the_generation_skips_the_tool_call(
-    monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_broken_answer_to_the_generation_is_exit_1_and_the_tool_call_still_asked() -> None:
     srv = FaultServer({("GET", "/v1/models"): Reply(json={"object": "list", "data": [{"id": "m"}]}),
                        ("POST", "/v1/chat/completions"): RawReply(b"")}).start()  # fmt: skip
     try:
@@ -253,8 +251,51 @@ def test_unreachable_during_the_generation_skips_the_tool_call(
             rep = probe.run_probe(api, None, 8, "auto")
     finally:
         srv.stop()
-    assert rep.ok is False and rep.model == "m"
-    assert (rep.exit_code, rep.tool_call, rep.tool_call_reason) in {
-        (3, "skip", "not run: endpoint unreachable"),  # the connection broke: unreachable
-        (1, "fail", rep.tool_call_reason),  # a protocol failure: the tool call still asked
-    }
+    assert (rep.ok, rep.model, rep.exit_code, rep.tool_call) == (False, "m", 1, "fail")
+    assert rep.reason.startswith("generation failed: POST /v1/chat/completions at ")
+    assert [r.path for r in srv.requests] == ["/v1/models", "/v1/chat/completions", "/v1/chat/completions"]
+
+
+def test_the_families_names_help_and_types() -> None:
+    assert [(f.name, f.help, f.type) for f in probe.families(_report())] == [  # fmt: skip
+        ("station_probe_success", "1 when the probe's fixed-length generation worked", "gauge"),
+        ("station_probe_tokens_per_second", "Decode rate one user sees: (tokens-1)/(last-first token)",
+         "gauge"),
+        ("station_probe_request_tokens_per_second", "Generated tokens / whole request time", "gauge"),
+        ("station_probe_ttft_seconds", "Time to the first generated token", "gauge"),
+        ("station_probe_inter_token_latency_seconds", "Mean time between generated tokens", "gauge"),
+        ("station_probe_completion_tokens", "Tokens the generation returned", "gauge"),
+        ("station_probe_max_tokens", "Tokens the generation asks for (fixed length)", "gauge"),
+        ("station_probe_tool_call_success", "1 when the get_weather tool call passed (NaN: not run)",
+         "gauge"),
+        ("station_probe_duration_seconds", "Wall time of the probe's generation", "gauge"),
+        ("station_probe_last_run_timestamp_seconds", "When the probe last ran (Unix time)", "gauge"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("n", "first", "last", "rate", "itl"),
+    [
+        (1, 0.5, 1.5, None, None),  # one token: no interval to measure, whatever the times
+        (2, 0.5, 1.5, 1.0, 1.0),  # two tokens: one interval
+        (3, 1.0, 1.3, 6.67, 0.15),
+        (7, 0.123456, 0.987654, 6.94, 0.14403),  # rounded: rate to 2 decimals, latency to 5
+    ],
+)
+def test_rate_and_latency_from_the_token_count(
+    clock: list[float], n: int, first: float, last: float, rate: float | None, itl: float | None
+) -> None:
+    rep, _ = probe.generate(FixedStream(stream(n, first, last)), "m", 8)  # type: ignore[arg-type]
+    assert (rep.tokens_per_second, rep.itl_s) == (rate, itl)
+    assert rep.ttft_s == round(first, 4)
+
+
+def test_ttft_rounding_and_the_reason_in_milliseconds(clock: list[float]) -> None:
+    rep, _ = probe.generate(FixedStream(stream(3, 1.0, 2.0)), "m", 8)  # type: ignore[arg-type]
+    assert rep.reason == "3 tokens in 2.50 s: 2 tok/s decode (one user), TTFT 1000 ms"
+    clock[:] = [5.0, 5.0]  # a request that took no measurable time: no request rate
+    rep, _ = probe.generate(FixedStream(stream(3, 0.123456, 0.2)), "m", 8)  # type: ignore[arg-type]
+    assert rep.request_tokens_per_second is None and rep.ttft_s == 0.1235 and rep.duration_s == 0.0
+    clock[:] = [0.0, 3.0]
+    rep, _ = probe.generate(FixedStream(stream(10, 0.1, 0.2)), "m", 8)  # type: ignore[arg-type]
+    assert rep.request_tokens_per_second == 3.33
