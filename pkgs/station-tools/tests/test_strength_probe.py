@@ -257,7 +257,7 @@ def test_a_broken_answer_to_the_generation_is_exit_1_and_the_tool_call_still_ask
 
 
 def test_the_families_names_help_and_types() -> None:
-    assert [(f.name, f.help, f.type) for f in probe.families(_report())] == [  # fmt: skip
+    assert [(f.name, f.help, f.type) for f in probe.families(_report())] == [
         ("station_probe_success", "1 when the probe's fixed-length generation worked", "gauge"),
         ("station_probe_tokens_per_second", "Decode rate one user sees: (tokens-1)/(last-first token)",
          "gauge"),
@@ -270,7 +270,7 @@ def test_the_families_names_help_and_types() -> None:
          "gauge"),
         ("station_probe_duration_seconds", "Wall time of the probe's generation", "gauge"),
         ("station_probe_last_run_timestamp_seconds", "When the probe last ran (Unix time)", "gauge"),
-    ]
+    ]  # fmt: skip
 
 
 @pytest.mark.parametrize(
