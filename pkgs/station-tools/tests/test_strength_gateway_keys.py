@@ -240,3 +240,77 @@ def test_a_bad_stations_key_writes_nothing(tmp_path: Path, capsys: pytest.Captur
                      "--upstream-key-file", str(keyfile(tmp_path, 'short', 'up'))])  # fmt: skip
     assert code == 2 and not out.exists() and not up.exists()
     assert "the stations' key must be one line of at least 8 characters" in capsys.readouterr().err
+
+
+def test_a_map_that_cannot_be_written_names_its_option(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    for option in ("--out", "--upstream-out"):
+        with pytest.raises(gateway.WriteFailed) as err:
+            if option == "--out":
+                gateway.write_private(tmp_path / "d", "x\n")  # the default option
+            else:
+                gateway.write_private(tmp_path / "d", "x\n", option)
+        assert str(err.value) == f"{option} {tmp_path / 'd'}: is a directory; it is not replaced"
+
+
+@pytest.mark.parametrize("option", ["--out", "--upstream-out"])
+def test_an_output_that_is_a_directory_is_refused_before_any_work(
+    tmp_path: Path, option: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "d").mkdir()
+    paths = {"--out": str(tmp_path / "o"), "--upstream-out": str(tmp_path / "u"), option: str(tmp_path / "d")}
+    code = cli.main(["gateway", "keys", "--out", paths["--out"], "--upstream-out", paths["--upstream-out"],
+                     "--key", f"a={keyfile(tmp_path, 'a' * 16)}"])  # fmt: skip
+    assert code == 2
+    err = capsys.readouterr().err
+    assert f"error: argument {option}: {tmp_path / 'd'}: is a directory; give a file name" in err
+    assert cli.main(["gateway"]) == 2
+    assert "the following arguments are required: VERB" in capsys.readouterr().err
+
+
+def test_the_json_report_as_printed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "o"
+    assert cli.main(["gateway", "keys", "--out", str(out), "--upstream-out", str(tmp_path / "u"),
+                     "--key", f"a={keyfile(tmp_path, 'a' * 16)}", "--json"]) == 0  # fmt: skip
+    assert capsys.readouterr().out == (
+        f'{{\n  "out": "{out}",\n  "keys": 1,\n  "names": {{\n    "a": 1\n  }},\n'
+        '  "upstream_key": false\n}\n'
+    )
+
+
+def test_unreadable_files_and_directories(tmp_path: Path) -> None:
+    bad = tmp_path / "bad"
+    bad.write_bytes(b"\xff\xfe" + b"k" * 16)
+    assert refusal(read_keys, bad) == f"the key file {bad} is not UTF-8 text"
+    assert refusal(read_upstream_key, bad) == f"the upstream key file {bad} is not UTF-8 text"
+    assert refusal(read_keys, tmp_path).startswith(f"cannot read the key file {tmp_path}: ")
+    assert refusal(read_upstream_key, tmp_path / "none") == (
+        f"cannot read the upstream key file {tmp_path / 'none'}: No such file or directory"
+    )
+    assert refusal(collect, [], [tmp_path / "none"], "") == (
+        f"cannot list the key directory {tmp_path / 'none'}: No such file or directory"
+    )
+    (tmp_path / "e1").mkdir()
+    (tmp_path / "e2").mkdir()
+    keyfile(tmp_path / "e1", "k" * 16, ".hidden")  # a dot file is never a key, whatever the prefix
+    assert refusal(collect, [], [tmp_path / "e1", tmp_path / "e2"], "") == (
+        f"no API keys found ({tmp_path / 'e1'}, {tmp_path / 'e2'}): the gateway would refuse every "
+        "request"
+    )
+
+
+def test_a_key_file_path_holding_an_equals_sign(tmp_path: Path) -> None:
+    (tmp_path / "a=b").mkdir()
+    path = keyfile(tmp_path / "a=b", "k" * 16, "key")
+    assert collect([f"alice={path}"], [], "").keys == {"alice": ["k" * 16]}
+
+
+def test_keys_read_are_registered_for_redaction(tmp_path: Path) -> None:
+    read_keys(keyfile(tmp_path, "a" * 16 + "\n"))
+    read_upstream_key(keyfile(tmp_path, "u" * 9, "up"))
+    assert redact.redact(f"x {'a' * 16} {'u' * 9}") == "x *** ***"
+
+
+def test_a_short_key_of_allowed_characters_is_only_too_short(tmp_path: Path) -> None:
+    path = keyfile(tmp_path, "ABCDEFGH\n")
+    assert refusal(read_keys, path).endswith("(this one has 8 characters)")
