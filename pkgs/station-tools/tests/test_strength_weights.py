@@ -266,3 +266,41 @@ def test_the_ranks_as_read_from_the_log() -> None:
         "(Worker_TP0 pid=100) INFO 12-01 09:14:07 [gpu_model_runner.py:5149] Model loading took 2.50 GiB "
         "memory and 12.000000 seconds"
     )
+
+
+def test_the_rendered_report_of_the_cpu_build_and_an_untagged_rank() -> None:
+    size = CheckpointSize(dir="/ck", bytes=10 * GIB, files=2, source="safetensors")
+    assert render(scan(CPU_LOG + UNTAGGED, size, 1)) == (
+        "PASS    ? 9.50 GiB: within ±30 % of the expected 10.00 GiB per rank (10.00 GiB / TP 1)\n"
+        "  source:     - (4 lines) — vLLM CPU build\n"
+        "  checkpoint: /ck: 10.00 GiB in 2 .safetensors file(s) (.safetensors files on disk)\n"
+        "  expected:   10.00 GiB per rank (TP 1); WARN outside ±30 %, FAIL at >= 90 % of the whole "
+        "checkpoint\n"
+        "  process         pid  TP rank  weights GiB  % of share  load s  verdict\n"
+        "  --------------  ---  -------  -----------  ----------  ------  -------\n"
+        "  ?               -    -               9.50          95    3.00  PASS\n"
+        "  EngineCore_DP0    7  -        -            -             2.50  -"
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (["--tensor-parallel-size", "1025"],
+         "argument --tensor-parallel-size: must be a whole number from 1 to 1,024, got '1025'"),
+        (["--interval", "3601"],
+         "argument --interval: must be a number of seconds from more than 0 to 3,600, got '3601'"),
+        (["--unit", "bad/name"], "argument --unit: must be a systemd unit name"),
+        # the largest values and --wait 0 pass the arguments: the next refusal is the checkpoint's
+        (["--tensor-parallel-size", "1024", "--interval", "3600", "--wait", "0"],
+         "--checkpoint /nonexistent is not a directory"),
+    ],
+)  # fmt: skip
+def test_the_arguments_exactly_on_their_bounds(
+    args: list[str], error: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = ["weights-check", "--checkpoint", "/nonexistent", "--tensor-parallel-size", "2"]
+    if "--unit" not in args:
+        base += ["--log", "/dev/null"]
+    assert main([*base, *args]) == 2
+    assert f"station weights-check: error: {error}" in capsys.readouterr().err
