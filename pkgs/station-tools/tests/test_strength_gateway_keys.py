@@ -314,3 +314,18 @@ def test_keys_read_are_registered_for_redaction(tmp_path: Path) -> None:
 def test_a_short_key_of_allowed_characters_is_only_too_short(tmp_path: Path) -> None:
     path = keyfile(tmp_path, "ABCDEFGH\n")
     assert refusal(read_keys, path).endswith("(this one has 8 characters)")
+
+
+@pytest.mark.parametrize("option", ["--out", "--upstream-out"])
+def test_a_device_as_a_map_is_refused_when_parsed(
+    tmp_path: Path, option: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A map is replaced whole (a new file renamed over it): a character device is refused before any key
+    is read, not after (exit 2, nothing written)."""
+    paths = {"--out": str(tmp_path / "o"), "--upstream-out": str(tmp_path / "u"), option: "/dev/null"}
+    code = cli.main(["gateway", "keys", "--out", paths["--out"], "--upstream-out", paths["--upstream-out"],
+                     "--key", f"a={keyfile(tmp_path, 'a' * 16)}"])  # fmt: skip
+    assert code == 2 and not (tmp_path / "o").exists() and not (tmp_path / "u").exists()
+    assert f"error: argument {option}: /dev/null: is a character device, not a regular file" in (
+        capsys.readouterr().err
+    )
