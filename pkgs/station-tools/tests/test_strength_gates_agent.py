@@ -123,3 +123,46 @@ def test_no_task_run_is_not_held(sim: SimServer) -> None:
 )
 def test_pass_hat_exactly(successes: list[int], n: int, expected: dict[str, Any]) -> None:
     assert pass_hat(successes, n) == expected
+
+
+def test_the_progress_lines_name_each_trial(sim: SimServer, capsys: pytest.CaptureFixture[str]) -> None:
+    flaky = Flaky(sim, {2})
+    flaky.srv.start()
+    try:
+        with ApiClient(flaky.srv.url, timeout=30) as api:
+            capsys.readouterr()
+            run_battery(api, "glm-sim", [TASKS["files-clean-tmp"]], Sampling(), repeats=3, stream=False)
+    finally:
+        flaky.srv.stop()
+    assert capsys.readouterr().err.splitlines() == [
+        "agent [1/3] files-clean-tmp #1: pass",
+        "agent [2/3] files-clean-tmp #2: FAIL state_mismatch, answer_missing_facts",
+        "agent [3/3] files-clean-tmp #3: pass",
+    ]
+
+
+def test_one_trial_has_no_trial_number(sim: SimServer, capsys: pytest.CaptureFixture[str]) -> None:
+    with ApiClient(sim.base_url, timeout=30) as api:
+        capsys.readouterr()
+        rep = run_battery(api, "glm-sim", [TASKS["files-clean-tmp"], TASKS["inventory-record-sale"]],
+                          Sampling(), repeats=1, stream=True)  # fmt: skip
+    assert capsys.readouterr().err.splitlines() == [
+        "agent [1/2] files-clean-tmp: pass",
+        "agent [2/2] inventory-record-sale: pass",
+    ]
+    assert (rep.stream, rep.repeats, rep.model, rep.gate, rep.schema) == (True, 1, "glm-sim", "agent", 1)
+    assert rep.base_url == sim.base_url + "/v1" and rep.max_turns == 8
+
+
+def test_a_server_gone_is_a_partial_failing_report(sim: SimServer) -> None:
+    """Nothing listens any more (the proxy stopped): the battery stops at once, says why, and fails."""
+    flaky = Flaky(sim, set())
+    flaky.srv.start()
+    with ApiClient(flaky.srv.url, timeout=5) as api:
+        first = run_battery(api, "glm-sim", [TASKS["files-clean-tmp"]], Sampling(), stream=False, quiet=True)
+        flaky.srv.stop()
+        rep = run_battery(api, "glm-sim", [TASKS["files-clean-tmp"], TASKS["inventory-record-sale"]],
+                          Sampling(), stream=False, quiet=True)  # fmt: skip
+    assert first.result == "pass" and first.partial is False and first.stopped is None
+    assert (rep.partial, rep.result, rep.tasks, rep.results) == (True, "fail", 0, [])
+    assert rep.stopped is not None and rep.stopped.startswith("server fault: ")
