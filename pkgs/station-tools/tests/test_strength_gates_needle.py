@@ -21,7 +21,9 @@ from vllm_station.gates.common import Sampling
 from vllm_station.gates.needle import (
     Needle,
     NeedleCase,
+    NeedleResult,
     _judge,
+    classify,
     parse_depths,
     parse_lengths,
     plan,
@@ -207,3 +209,23 @@ def test_plan_only_single_needles_vary_in_depth() -> None:
         "single-100-d0", "single-100-d100", "multikey-100-d50", "tool-100-d50",
         "single-200-d0", "single-200-d100", "multikey-200-d50", "tool-200-d50",
     ]  # fmt: skip
+
+
+def test_classify_leaves_a_failed_request_as_it_is() -> None:
+    def res(length: int, ok: bool, cls: str | None) -> NeedleResult:
+        return NeedleResult(f"single-{length}-d50", "single", length, 50, ok, cls, "", length, True, 1, 0.0,
+                            1.0, 1.0, 1.0)  # fmt: skip
+
+    rs = [res(1000, True, None), res(8000, False, "request_failed"), res(9000, False, "needle_missed")]
+    classify(rs)
+    assert [r.cls for r in rs] == [None, "request_failed", "long_context"]
+
+
+def test_judge_names_every_call_and_cuts_a_long_answer() -> None:
+    calls = [call("note", '{"a": 1}'), call("record_number", '{"number": 7654321}')]
+    assert _judge(TOOL, FOUR[:1], "", calls) == (
+        False,
+        'expected record_number with 1234567; got note({"a": 1}), record_number({"number": 7654321})',
+    )
+    long = "x" * 79 + "yz"
+    assert _judge(MULTI, FOUR, long, []) == (False, f"expected 1234567; answered {long[:80]!r}")
