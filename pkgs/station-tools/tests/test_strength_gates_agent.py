@@ -166,3 +166,21 @@ def test_a_server_gone_is_a_partial_failing_report(sim: SimServer) -> None:
     assert first.result == "pass" and first.partial is False and first.stopped is None
     assert (rep.partial, rep.result, rep.tasks, rep.results) == (True, "fail", 0, [])
     assert rep.stopped is not None and rep.stopped.startswith("server fault: ")
+
+
+def test_two_trials_two_tasks_of_one_domain_and_a_quiet_battery(
+    sim: SimServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two trials are numbered (#1, #2); two calendar tasks count as two in their domain; quiet prints
+    nothing."""
+    ids = [t.id for t in TASKS.values() if t.domain == "calendar"][:2]
+    with ApiClient(sim.base_url, timeout=30) as api:
+        capsys.readouterr()
+        rep = run_battery(api, "glm-sim", [TASKS[i] for i in ids], Sampling(), repeats=2, stream=False)
+        assert capsys.readouterr().err.splitlines() == [
+            f"agent [1/4] {ids[0]} #1: pass", f"agent [2/4] {ids[0]} #2: pass",
+            f"agent [3/4] {ids[1]} #1: pass", f"agent [4/4] {ids[1]} #2: pass",
+        ]  # fmt: skip
+        assert rep.by_domain == {"calendar": {"tasks": 2, "passed": 2}}
+        run_battery(api, "glm-sim", [TASKS[ids[0]]], Sampling(), stream=False, quiet=True)
+        assert capsys.readouterr().err == ""
