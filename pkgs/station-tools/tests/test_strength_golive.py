@@ -142,3 +142,29 @@ def test_render_names_each_gate_and_the_verdict() -> None:
     assert go.splitlines()[-1] == "GO (exit 0)" and "PARTIAL" not in go
     partial = render(report("no-go", 130, [], stopped="interrupted (Ctrl-C) during tools"))
     assert partial.splitlines()[-2:] == ["PARTIAL: interrupted (Ctrl-C) during tools", "NO-GO (exit 130)"]
+
+
+def test_every_config_key_reaches_the_plan(tmp_path: Path) -> None:
+    cfg = golive_config.config(
+        model="glm-x", timeout=120, needle={"lengths": "10%,20%", "depths": "0,100",
+                                            "calibrationCache": str(tmp_path / "cal.json")},
+        bench={"requests": "3x", "outputLen": 64, "concurrency": [1, 2]},
+    )  # fmt: skip
+    p = plan_of(cfg=cfg)
+    assert (p.model, p.timeout, p.needle_lengths, p.needle_depths) == ("glm-x", 120, "10%,20%", "0,100")
+    assert (p.bench_requests, p.bench_output_len, p.bench_levels) == ("3x", 64, [1, 2])
+    assert p.needle_cache == tmp_path / "cal.json"
+    p = plan_of("--model", "m2", "--bench-requests", "5", "--bench-output-len", "8", cfg=cfg)
+    assert (p.model, p.bench_requests, p.bench_output_len) == ("m2", "5", 8)
+
+
+def test_a_calibration_cache_that_is_a_directory_names_the_key(tmp_path: Path) -> None:
+    cfg = golive_config.config(needle={"calibrationCache": str(tmp_path)})
+    parser = argparse.ArgumentParser()
+    golive.configure(parser)
+    args = parser.parse_args(["--base-url", "http://127.0.0.1:9", "--config", str(tmp_path / "golive.json")])
+    with pytest.raises(UsageError) as err:
+        make_plan(args, cfg)
+    where = f"--config {tmp_path / 'golive.json'}: needle.calibrationCache {tmp_path}: "
+    assert str(err.value).startswith(where)
+
