@@ -12,9 +12,12 @@ from pathlib import Path
 import pytest
 from simserver import SimServer
 
-from vllm_station.api import API_KEY_ENVS, ApiKeyError, load_api_key
+from vllm_station.api import ApiKeyError, load_api_key
 from vllm_station.cli import main
 from vllm_station.sim.config import SimConfig
+
+# literals, never the tested module's own constants (tests/test_architecture_literals.py)
+API_KEY_ENVS = ("STATION_API_KEY", "OPENAI_API_KEY")
 
 RIGHT = "sk-right-0123456789"
 WRONG = "sk-wrong-9876543210"

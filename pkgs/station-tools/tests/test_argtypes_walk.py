@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +20,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vllm_station import argtypes, cli
+
+# literals, never the tested module's own constants (tests/test_architecture_literals.py)
+INT_TEXT = re.compile(r"[+-]?[0-9]{1,30}")
 
 HOSTILE = ["nan", "NaN", "inf", "-inf", "-1", "0", "1e30", "99999999999999999999", "1e-30", "abc", "", " "]
 
@@ -104,7 +108,7 @@ def test_hostile_values_are_usage_errors_or_in_range(
 def test_bounded_int_accepts_exactly_its_range(lo: int, span: int, text: str) -> None:
     t = argtypes.number(int, lo=lo, hi=lo + span)
     # ASCII digits only: Python's int() also reads "٣" and "1_000", the shared types do not
-    expected = int(text.strip()) if argtypes.INT_TEXT.fullmatch(text.strip()) else None
+    expected = int(text.strip()) if INT_TEXT.fullmatch(text.strip()) else None
     if expected is not None and lo <= expected <= lo + span:
         assert t(text) == expected
     else:

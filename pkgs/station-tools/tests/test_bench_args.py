@@ -24,6 +24,13 @@ from vllm_station.cli import main
 from vllm_station.commands.bench import cli as bench_cli
 from vllm_station.commands.bench.modes import Count
 
+# literals, never the tested module's own constants (tests/test_architecture_literals.py)
+MAX_CONCURRENCY = 4096
+MAX_TOKENS = 4 * 2**20
+MAX_LEVELS = 32
+MAX_COUNT = 100000
+MAX_PER_USER = 1000
+
 
 @pytest.fixture(scope="module")
 def srv() -> Iterator[FaultServer]:
@@ -137,10 +144,10 @@ def test_the_reported_huge_values_are_refused_in_a_bounded_child(srv: FaultServe
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.integers(min_value=-(10**13), max_value=10**13), min_size=1, max_size=40), st.booleans())
 def test_int_list_accepts_exactly_the_range(values: list[int], k: bool) -> None:
-    conv = bench_cli._int_list(bench_cli.MAX_TOKENS if k else bench_cli.MAX_CONCURRENCY, k=k)
-    hi = bench_cli.MAX_TOKENS if k else bench_cli.MAX_CONCURRENCY
+    conv = bench_cli._int_list(MAX_TOKENS if k else MAX_CONCURRENCY, k=k)
+    hi = MAX_TOKENS if k else MAX_CONCURRENCY
     text = ",".join(str(v) for v in values)
-    ok = all(1 <= v <= hi for v in values) and len(values) <= bench_cli.MAX_LEVELS
+    ok = all(1 <= v <= hi for v in values) and len(values) <= MAX_LEVELS
     if ok:
         assert conv(text) == values
     else:
@@ -151,14 +158,14 @@ def test_int_list_accepts_exactly_the_range(values: list[int], k: bool) -> None:
 @settings(max_examples=200, deadline=None)
 @given(st.integers(min_value=-(10**12), max_value=10**12), st.booleans())
 def test_k_suffix_and_count_suffix(n: int, per_user: bool) -> None:
-    lengths = bench_cli._int_list(bench_cli.MAX_TOKENS, k=True)
-    if 1 <= n * 1024 <= bench_cli.MAX_TOKENS:
+    lengths = bench_cli._int_list(MAX_TOKENS, k=True)
+    if 1 <= n * 1024 <= MAX_TOKENS:
         assert lengths(f"{n}k") == [n * 1024]
     else:
         with pytest.raises(argparse.ArgumentTypeError):
             lengths(f"{n}k")
     count = bench_cli._count(1)
-    hi = bench_cli.MAX_PER_USER if per_user else bench_cli.MAX_COUNT
+    hi = MAX_PER_USER if per_user else MAX_COUNT
     text = f"{n}{'x' if per_user else ''}"
     if 1 <= n <= hi:
         c = Count.parse(count(text))

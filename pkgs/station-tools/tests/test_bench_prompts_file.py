@@ -119,8 +119,8 @@ def test_fifo_directory_empty_and_oversized_files_are_refused_unread(
     assert "no prompts" in _refused(srv, capsys, "--prompts", str(tmp_path / "empty.jsonl"))
     big = tmp_path / "big.jsonl"
     with big.open("wb") as fh:  # sparse: no disk used, and never read
-        fh.truncate(dataset.MAX_FILE_BYTES + 1)
-    assert f"at most {dataset.MAX_FILE_BYTES:,}" in _refused(srv, capsys, "--prompts", str(big))
+        fh.truncate(128 * 2**20 + 1)
+    assert "at most 134,217,728" in _refused(srv, capsys, "--prompts", str(big))
     assert "No such file" in _refused(srv, capsys, "--prompts", str(tmp_path / "missing.jsonl"))
 
 

@@ -21,6 +21,9 @@ from hubserver import make_checkpoint
 from vllm_station import bounded
 from vllm_station.checkpoint.stamp import STAMP_NAME
 
+# literals, never the tested module's own constants (tests/test_architecture_literals.py)
+CONFIG_LIMIT = 64 * 2**20
+
 MEM_LIMIT = 2 * 1024**3
 
 
@@ -67,7 +70,7 @@ def test_a_symlink_to_a_device_is_refused_by_what_it_opens(tmp_path: Path) -> No
     link = tmp_path / "config.json"
     link.symlink_to("/dev/zero")
     with pytest.raises(bounded.FileRefused, match="character device"):
-        bounded.read_text(link, limit=bounded.CONFIG_LIMIT)
+        bounded.read_text(link, limit=CONFIG_LIMIT)
 
 
 def test_read_tail_keeps_the_end(tmp_path: Path) -> None:
@@ -99,7 +102,7 @@ def test_verify_config_json_to_dev_zero(ckpt: Path) -> None:
 def test_verify_index_too_large(ckpt: Path) -> None:
     index = ckpt / "model.safetensors.index.json"
     with index.open("r+b") as f:  # a sparse file over the limit: no disk or memory needed
-        f.truncate(bounded.CONFIG_LIMIT + 1)
+        f.truncate(CONFIG_LIMIT + 1)
     r = station("verify", str(ckpt))
     _no_traceback(r)
     assert r.returncode == 1 and "limit" in r.stdout + r.stderr
@@ -146,7 +149,7 @@ def test_preflight_config_is_bounded(tmp_path: Path) -> None:
     big = tmp_path / "preflight.json"
     big.write_text(json.dumps({"pad": "x" * 10}))
     with big.open("r+b") as f:
-        f.truncate(bounded.CONFIG_LIMIT + 1)
+        f.truncate(CONFIG_LIMIT + 1)
     r = station("preflight", "--config", str(big))
     _no_traceback(r)
     assert r.returncode == 2 and "limit" in r.stderr

@@ -22,7 +22,33 @@ import pytest
 import safetensors
 from safetensors import SafetensorError, safe_open
 
-from vllm_station.checkpoint.safetensors import DTYPE_BITS, ShardError, read_shard_header
+from vllm_station.checkpoint.safetensors import ShardError, read_shard_header
+
+# literals, never the tested module's own constants (tests/test_architecture_literals.py)
+DTYPE_BITS = {
+    "BOOL": 8,
+    "F4": 4,
+    "F6_E2M3": 6,
+    "F6_E3M2": 6,
+    "U8": 8,
+    "I8": 8,
+    "F8_E5M2": 8,
+    "F8_E4M3": 8,
+    "F8_E8M0": 8,
+    "F8_E4M3FNUZ": 8,
+    "F8_E5M2FNUZ": 8,
+    "I16": 16,
+    "U16": 16,
+    "F16": 16,
+    "BF16": 16,
+    "I32": 32,
+    "U32": 32,
+    "F32": 32,
+    "I64": 64,
+    "U64": 64,
+    "F64": 64,
+    "C64": 64,
+}
 
 # dtypes safetensors.numpy turns into arrays; the rest (BF16, F8_*, F4, F6_*) numpy has no type for, their
 # bytes are read with safetensors.deserialize

@@ -11,7 +11,7 @@ from simserver import SimServer
 
 from vllm_station.api import ApiClient
 from vllm_station.batteries import classes as C
-from vllm_station.batteries.needles import QUESTION, find_answer
+from vllm_station.batteries.needles import find_answer
 from vllm_station.cli import main
 from vllm_station.commands.gates.common import Sampling
 from vllm_station.commands.gates.needle import (
@@ -26,6 +26,11 @@ from vllm_station.commands.gates.needle import (
 )
 from vllm_station.errors import UsageError
 from vllm_station.sim.config import SimConfig
+
+# literals, never the tested module's own constants (tests/test_architecture_literals.py)
+QUESTION = (
+    "What is the special magic number for {key} mentioned in the text above? Answer with the number only."
+)
 
 MML = 20_000
 

@@ -20,6 +20,10 @@ import pytest
 from vllm_station.errors import UsageError
 from vllm_station.host import numa
 
+# literals, never the tested module's own constants (tests/test_architecture_literals.py)
+MPOL_DEFAULT = 0
+MPOL_BIND = 2
+
 pytestmark = pytest.mark.skipif(
     not numa.available(),
     reason="libnuma or kernel NUMA support missing: apt-get install libnuma1 (these tests need the real one)",
@@ -49,7 +53,7 @@ def test_node_memory_of_missing_node_is_a_usage_error() -> None:
 
 def test_pytest_process_itself_is_unbound() -> None:
     # the baseline the binding tests compare against: a fresh process has the default policy
-    assert numa.get_mempolicy().mode == numa.MPOL_DEFAULT
+    assert numa.get_mempolicy().mode == MPOL_DEFAULT
     assert numa.policy_of_pid(os.getpid()) == "default"
 
 
@@ -74,7 +78,7 @@ def test_bind_node0_is_read_back_from_the_kernel() -> None:
         assert proc.stdout is not None and proc.stdin is not None
         seen = json.loads(proc.stdout.readline())
         # the child's own get_mempolicy(2)
-        assert seen["mode"] == numa.MPOL_BIND and seen["nodes"] == [0]
+        assert seen["mode"] == MPOL_BIND and seen["nodes"] == [0]
         # what the kernel shows any other process: /proc/<pid>/numa_maps and /proc/<pid>/status
         assert numa.policy_of_pid(seen["pid"]) == "bind:0"
         assert 0 in numa.mems_allowed(seen["pid"])
@@ -90,16 +94,16 @@ def test_bind_to_missing_node_is_refused_before_the_kernel() -> None:
         numa.set_membind([5])
     assert "NUMA node 5 does not exist" in str(err.value)
     assert "nodes with memory here: 0" in str(err.value)
-    assert numa.get_mempolicy().mode == numa.MPOL_DEFAULT  # nothing was set
+    assert numa.get_mempolicy().mode == MPOL_DEFAULT  # nothing was set
 
 
 def test_kernel_refuses_missing_node_with_einval() -> None:
     # the raw syscall path: the kernel's own answer, errno read right after the call
     with pytest.raises(OSError) as err:
-        numa.set_mempolicy_raw(numa.MPOL_BIND, [5])
+        numa.set_mempolicy_raw(MPOL_BIND, [5])
     assert err.value.errno == 22
     assert "set_mempolicy(bind, nodes 5)" in str(err.value)
-    assert numa.get_mempolicy().mode == numa.MPOL_DEFAULT
+    assert numa.get_mempolicy().mode == MPOL_DEFAULT
 
 
 def test_mixed_set_with_missing_node_is_refused() -> None:

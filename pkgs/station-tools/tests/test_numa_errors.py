@@ -22,6 +22,12 @@ import pytest
 from vllm_station.errors import StationError, UsageError
 from vllm_station.host import numa
 
+# literals, never the tested module's own constants (tests/test_architecture_literals.py)
+ENV_LIBNUMA = "STATION_LIBNUMA"
+MPOL_BIND = 2
+MPOL_DEFAULT = 0
+MPOL_INTERLEAVE = 3
+
 FAKE_SOURCE = Path(__file__).resolve().parent / "fake_libnuma.c"
 GiB = 1 << 30
 MiB = 1 << 20
@@ -54,7 +60,7 @@ def fake(fake_lib: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Configure]
     for name in list(os.environ):
         if name.startswith("FAKE_NUMA_"):
             monkeypatch.delenv(name)
-    monkeypatch.setenv(numa.ENV_LIBNUMA, str(fake_lib))
+    monkeypatch.setenv(ENV_LIBNUMA, str(fake_lib))
     _reopen()
 
     def configure(**settings: str) -> None:
@@ -116,7 +122,7 @@ def test_node_memory_beyond_the_highest_node(fake: Configure) -> None:
          f"[Errno {errno.ENOMEM}] {os.strerror(errno.ENOMEM)}: 'numa_get_mems_allowed()'"),
         ("numa_allocate_nodemask", numa.get_mempolicy,
          f"[Errno {errno.ENOMEM}] {os.strerror(errno.ENOMEM)}: 'numa_allocate_nodemask()'"),
-        ("numa_allocate_nodemask", lambda: numa.set_mempolicy_raw(numa.MPOL_BIND, [0]),
+        ("numa_allocate_nodemask", lambda: numa.set_mempolicy_raw(MPOL_BIND, [0]),
          f"[Errno {errno.ENOMEM}] {os.strerror(errno.ENOMEM)}: 'numa_allocate_nodemask()'"),
         ("get_mempolicy", numa.get_mempolicy,
          f"[Errno {errno.EPERM}] {os.strerror(errno.EPERM)}: 'get_mempolicy()'"),
@@ -136,7 +142,7 @@ def test_a_failing_call_raises_its_errno_and_names_the_call(
 def test_set_membind_binds_and_reads_back(fake: Configure) -> None:
     fake(allowed="0x5")
     policy = numa.set_membind([2, 0, 2])
-    assert policy == numa.MemPolicy(mode=numa.MPOL_BIND, mode_name="bind", nodes=[0, 2])
+    assert policy == numa.MemPolicy(mode=MPOL_BIND, mode_name="bind", nodes=[0, 2])
     assert numa.get_mempolicy() == policy
 
 
@@ -144,7 +150,7 @@ def test_no_node_to_bind_to(fake: Configure) -> None:
     with pytest.raises(UsageError) as err:
         numa.set_membind([])
     assert str(err.value) == "no NUMA node given to bind to"
-    assert numa.get_mempolicy().mode == numa.MPOL_DEFAULT
+    assert numa.get_mempolicy().mode == MPOL_DEFAULT
 
 
 @pytest.mark.parametrize(
@@ -173,14 +179,14 @@ def test_bind_outside_the_cpuset_is_refused_before_the_kernel(
     with pytest.raises(UsageError) as err:
         numa.set_membind(bind)
     assert str(err.value) == message
-    assert numa.get_mempolicy().mode == numa.MPOL_DEFAULT  # nothing was set
+    assert numa.get_mempolicy().mode == MPOL_DEFAULT  # nothing was set
 
 
 @pytest.mark.parametrize(
     ("report", "reported"),
-    [({"report_mode": str(numa.MPOL_INTERLEAVE)}, "interleave:0,2"),  # another mode, the same nodes
+    [({"report_mode": str(MPOL_INTERLEAVE)}, "interleave:0,2"),  # another mode, the same nodes
      ({"report_nodes": "0x1"}, "bind:0"),  # the same mode, other nodes
-     ({"report_mode": str(numa.MPOL_DEFAULT), "report_nodes": "0x0"}, "default")],
+     ({"report_mode": str(MPOL_DEFAULT), "report_nodes": "0x0"}, "default")],
 )  # fmt: skip
 def test_a_kernel_that_reports_another_policy_is_an_error(
     fake: Configure, report: dict[str, str], reported: str
@@ -192,8 +198,8 @@ def test_a_kernel_that_reports_another_policy_is_an_error(
 
 
 def test_mode_flags_are_not_part_of_the_mode(fake: Configure) -> None:
-    fake(report_mode=str(numa.MPOL_BIND | 1 << 15), report_nodes="0x8")  # MPOL_F_STATIC_NODES
-    assert numa.get_mempolicy() == numa.MemPolicy(mode=numa.MPOL_BIND, mode_name="bind", nodes=[3])
+    fake(report_mode=str(MPOL_BIND | 1 << 15), report_nodes="0x8")  # MPOL_F_STATIC_NODES
+    assert numa.get_mempolicy() == numa.MemPolicy(mode=MPOL_BIND, mode_name="bind", nodes=[3])
 
 
 def test_a_mode_without_a_name_is_shown_by_number(fake: Configure) -> None:
@@ -206,13 +212,13 @@ def test_maxnode_covers_the_last_possible_node(fake: Configure) -> None:
     # Linux drops the last bit of maxnode: the binding passes size + 1, so node 63 of 64 possible is kept,
     # and nothing past the 64-bit mask is read or written
     fake(max_node="63", allowed=hex((1 << 64) - 1))
-    numa.set_mempolicy_raw(numa.MPOL_BIND, [63])
-    assert numa.get_mempolicy() == numa.MemPolicy(mode=numa.MPOL_BIND, mode_name="bind", nodes=[63])
+    numa.set_mempolicy_raw(MPOL_BIND, [63])
+    assert numa.get_mempolicy() == numa.MemPolicy(mode=MPOL_BIND, mode_name="bind", nodes=[63])
 
 
 def test_node_beyond_the_possible_nodes(fake: Configure) -> None:
     with pytest.raises(OSError) as err:
-        numa.set_mempolicy_raw(numa.MPOL_BIND, [64])
+        numa.set_mempolicy_raw(MPOL_BIND, [64])
     assert err.value.errno == errno.EINVAL
     assert str(err.value) == (
         f"[Errno {errno.EINVAL}] {os.strerror(errno.EINVAL)}: "
@@ -223,7 +229,7 @@ def test_node_beyond_the_possible_nodes(fake: Configure) -> None:
 @pytest.mark.parametrize(
     ("mode", "nodes", "shown"),
     [(99, [0], "set_mempolicy(99, nodes 0)"),  # a mode libnuma has no name for: its number
-     (numa.MPOL_BIND, [], "set_mempolicy(bind, nodes -)")],  # binding to no node at all
+     (MPOL_BIND, [], "set_mempolicy(bind, nodes -)")],  # binding to no node at all
 )  # fmt: skip
 def test_kernel_refusal_names_mode_and_nodes(
     fake: Configure, mode: int, nodes: list[int], shown: str
@@ -239,7 +245,7 @@ def test_kernel_refusal_names_mode_and_nodes(
 @pytest.fixture
 def loader(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """find_library("numa") answers what the test appends; the names it was asked for are recorded."""
-    monkeypatch.delenv(numa.ENV_LIBNUMA, raising=False)
+    monkeypatch.delenv(ENV_LIBNUMA, raising=False)
     answers: list[str] = []
     asked: list[str] = []
 
@@ -265,7 +271,7 @@ def test_loader_candidates(loader: list[str], found: str | None, names: list[str
 
 
 def test_pinned_library_is_the_only_candidate(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(numa.ENV_LIBNUMA, "/nix/store/x-numactl/lib/libnuma.so.1")
+    monkeypatch.setenv(ENV_LIBNUMA, "/nix/store/x-numactl/lib/libnuma.so.1")
     assert numa._candidates() == (
         ["/nix/store/x-numactl/lib/libnuma.so.1"],
         "$STATION_LIBNUMA=/nix/store/x-numactl/lib/libnuma.so.1",
@@ -276,7 +282,7 @@ def test_a_library_that_is_not_libnuma_is_refused(monkeypatch: pytest.MonkeyPatc
     libc = ctypes.util.find_library("c")
     if libc is None:
         pytest.skip("the C library's name is not known to ctypes.util.find_library here")
-    monkeypatch.setenv(numa.ENV_LIBNUMA, libc)
+    monkeypatch.setenv(ENV_LIBNUMA, libc)
     _reopen()
     try:
         with pytest.raises(numa.NumaUnavailable) as err:
@@ -284,6 +290,6 @@ def test_a_library_that_is_not_libnuma_is_refused(monkeypatch: pytest.MonkeyPatc
     finally:
         _reopen()
     assert str(err.value).startswith(
-        f"libnuma could not be loaded from ${numa.ENV_LIBNUMA}={libc}; "
+        f"libnuma could not be loaded from ${ENV_LIBNUMA}={libc}; "
         f"tried: {libc} (not libnuma: it has no numa_available). Install libnuma"
     )

@@ -13,8 +13,11 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from vllm_station.host import nvml
 from vllm_station.host.nvml import NvmlUnavailable, library_candidates, read_nvml
+
+# literals, never the tested module's own constants (tests/test_architecture_literals.py)
+LIBRARY_NAME = "libnvidia-ml.so.1"
+LIBRARY_ENV = "STATION_NVML_LIBRARY"
 
 # The NVML calls read_nvml makes: init, driver version, device count, shutdown; with $FAKE_NVML_GPUS > 0
 # also a handle, name, memory and the compute processes of each GPU, from $FAKE_NVML_PROCS
@@ -100,7 +103,7 @@ def build_fake(directory: Path, driver: str) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     source = directory / "fake_nvml.c"
     source.write_text(FAKE_NVML_C)
-    lib = directory / nvml.LIBRARY_NAME
+    lib = directory / LIBRARY_NAME
     subprocess.run(
         [gcc, "-shared", "-fPIC", f'-DDRIVER="{driver}"', "-o", str(lib), str(source)],
         check=True,
@@ -124,14 +127,14 @@ def fresh_pynvml() -> Iterator[None]:
 
 def system_nvml_loads() -> bool:
     try:
-        ctypes.CDLL(nvml.LIBRARY_NAME)
+        ctypes.CDLL(LIBRARY_NAME)
     except OSError:
         return False
     return True
 
 
 def test_candidate_order(tmp_path: Path) -> None:
-    env = {nvml.LIBRARY_ENV: "/opt/nvidia/libnvidia-ml.so.1"}
+    env = {LIBRARY_ENV: "/opt/nvidia/libnvidia-ml.so.1"}
     assert library_candidates(env, prefix=tmp_path) == [
         "/opt/nvidia/libnvidia-ml.so.1",
         "libnvidia-ml.so.1",
@@ -151,7 +154,7 @@ def test_candidate_order(tmp_path: Path) -> None:
 def test_env_var_wins_over_everything(tmp_path: Path) -> None:
     chosen = build_fake(tmp_path / "env", "111.11")
     build_fake(tmp_path / "root/run/opengl-driver/lib", "222.22")
-    candidates = library_candidates({nvml.LIBRARY_ENV: str(chosen)}, prefix=tmp_path / "root")
+    candidates = library_candidates({LIBRARY_ENV: str(chosen)}, prefix=tmp_path / "root")
     report = read_nvml(candidates=candidates)
     assert report.driver_version == "111.11" and report.gpus == []
 
@@ -170,8 +173,8 @@ def test_none_loads_lists_every_path_tried(tmp_path: Path) -> None:
     if system_nvml_loads():
         pytest.skip("this machine has a real libnvidia-ml.so.1 on the loader path")
     (tmp_path / "run/opengl-driver/lib").mkdir(parents=True)
-    (tmp_path / "run/opengl-driver/lib" / nvml.LIBRARY_NAME).write_text("not an ELF file\n")
-    candidates = library_candidates({nvml.LIBRARY_ENV: str(tmp_path / "missing.so")}, prefix=tmp_path)
+    (tmp_path / "run/opengl-driver/lib" / LIBRARY_NAME).write_text("not an ELF file\n")
+    candidates = library_candidates({LIBRARY_ENV: str(tmp_path / "missing.so")}, prefix=tmp_path)
     with pytest.raises(NvmlUnavailable) as err:
         read_nvml(candidates=candidates)
     message = str(err.value)
@@ -179,7 +182,7 @@ def test_none_loads_lists_every_path_tried(tmp_path: Path) -> None:
     for candidate in candidates:
         assert candidate in message
     assert "invalid ELF header" in message or "file too short" in message
-    assert message.endswith(f"set {nvml.LIBRARY_ENV} to its path")
+    assert message.endswith(f"set {LIBRARY_ENV} to its path")
     assert pynvml.nvmlLib is None, "nothing half-loaded is left for the next attempt"
 
 
@@ -192,7 +195,7 @@ def test_gpu_check_skip_names_the_paths(tmp_path: Path, monkeypatch: pytest.Monk
 
     from vllm_station.commands.preflight.core import Context, Status, run_checks
 
-    monkeypatch.setenv(nvml.LIBRARY_ENV, str(tmp_path / "nope.so"))
+    monkeypatch.setenv(LIBRARY_ENV, str(tmp_path / "nope.so"))
     (result,) = run_checks(Context(root=gb300_root(tmp_path / "root"), config=make_config()), ["gpu"])
     assert result.status is Status.SKIP
     assert (

@@ -21,6 +21,9 @@ from vllm_station.commands import probe
 from vllm_station.errors import EXIT_FAIL, EXIT_OK, EXIT_UNREACHABLE
 from vllm_station.sim.config import SimConfig
 
+# literals, never the tested module's own constants (tests/test_architecture_literals.py)
+TEXTFILE = "station-probe.prom"
+
 TTFT, ITL = 0.05, 0.01  # the simulator's schedule: 100 tok/s for one user
 
 
@@ -68,7 +71,7 @@ def test_a_failing_generation_exports_failure_and_no_rate(
     assert out.returncode == EXIT_FAIL, out.stderr
     rep = json.loads(out.stdout)
     assert rep["ok"] is False and "HTTP 500" in rep["reason"] and rep["tool_call"] == "fail"
-    got = textfile.read(tmp_path / probe.TEXTFILE)
+    got = textfile.read(tmp_path / TEXTFILE)
     assert got["station_probe_success"] == 0 and got["station_probe_tool_call_success"] == 0
     assert math.isnan(got["station_probe_tokens_per_second"]) and math.isnan(
         got["station_probe_ttft_seconds"]
@@ -79,7 +82,7 @@ def test_unreachable_is_exit_3_and_still_exported(tmp_path: Path, station: Calla
     out = station("--base-url", f"http://127.0.0.1:{free_port()}", "--textfile-dir", str(tmp_path))
     assert out.returncode == EXIT_UNREACHABLE, out.stderr
     assert "connection refused" in out.stderr
-    got = textfile.read(tmp_path / probe.TEXTFILE)
+    got = textfile.read(tmp_path / TEXTFILE)
     assert got["station_probe_success"] == 0 and math.isnan(got["station_probe_tool_call_success"])
 
 
@@ -89,7 +92,7 @@ def test_cli_writes_the_textfile_and_the_table(
     out = station("--base-url", sim.base_url, "--max-tokens", "16", "--textfile-dir", str(tmp_path))
     assert out.returncode == EXIT_OK, out.stderr
     assert "generation PASS: 16 tokens" in out.stdout and "tool call PASS" in out.stdout
-    got = textfile.read(tmp_path / probe.TEXTFILE)
+    got = textfile.read(tmp_path / TEXTFILE)
     assert got["station_probe_success"] == 1 and got["station_probe_completion_tokens"] == 16
     assert got["station_probe_max_tokens"] == 16 and got["station_probe_tool_call_success"] == 1
     # the exported rate is the one the table printed (how close it is to the schedule is the timed test's)
@@ -97,7 +100,7 @@ def test_cli_writes_the_textfile_and_the_table(
     assert printed, out.stdout
     assert got["station_probe_tokens_per_second"] == float(printed.group(1)) > 0
     assert got["station_probe_ttft_seconds"] >= TTFT, "a first token cannot come before the server sends it"
-    assert [p.name for p in tmp_path.iterdir()] == [probe.TEXTFILE]
+    assert [p.name for p in tmp_path.iterdir()] == [TEXTFILE]
 
 
 @pytest.mark.parametrize(

@@ -11,8 +11,11 @@ from hubserver import make_checkpoint
 
 from vllm_station import cli
 from vllm_station.checkpoint.hashes import HashRecord, RecordedFile, write_hash_record
-from vllm_station.checkpoint.revisions import REVISIONS_DIR_NAME, list_revisions, revision_dir
+from vllm_station.checkpoint.revisions import list_revisions, revision_dir
 from vllm_station.checkpoint.stamp import STAMP_NAME, read_stamp
+
+# literals, never the tested module's own constants (tests/test_architecture_literals.py)
+REVISIONS_DIR_NAME = "revisions"
 
 R1 = "1111111111111111111111111111111111111111"
 R2 = "2222222222222222222222222222222222222222"

@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from vllm_station import cli
-from vllm_station.commands import secrets
+
+# literals, never the tested module's own constants (tests/test_architecture_literals.py)
+SECRETS_DIR = "/var/lib/vllm-station-secrets"
 
 KEY = "sk-secrets-test-0123456789abcdef"
 
@@ -76,7 +78,7 @@ def test_a_missing_file_names_the_option_the_file_and_the_unit(
     assert line.startswith(f"vllm-station secrets: {option}: {missing} does not exist.")
     assert "vllm-station loads it at each start" in line
     # a path under /run: the reboot is named as the cause, the persistent place as the fix
-    assert "/run is emptied at every boot" in line and secrets.SECRETS_DIR in line
+    assert "/run is emptied at every boot" in line and SECRETS_DIR in line
     assert "0 of 1 secret files of vllm-station in place" in err
     # only the unit asked for: the download's token is not checked
     assert "tokenFile" not in err

@@ -21,10 +21,9 @@ from hubserver import git_blob_sha1, make_checkpoint
 from test_strength_verify import refusal
 from test_verify import record_hashes
 
-from vllm_station.checkpoint import files, hashes
-from vllm_station.checkpoint.files import MAX_LISTED, join_limited, read_error
+from vllm_station.checkpoint import files
+from vllm_station.checkpoint.files import join_limited, read_error
 from vllm_station.checkpoint.hashes import (
-    HASHES_NAME,
     HashRecord,
     RecordedFile,
     hash_file,
@@ -32,7 +31,7 @@ from vllm_station.checkpoint.hashes import (
     write_hash_record,
 )
 from vllm_station.checkpoint.layout import KvCacheQuant, read_kv_cache_quant
-from vllm_station.checkpoint.safetensors import MAX_DEPTH, read_shard_header
+from vllm_station.checkpoint.safetensors import read_shard_header
 from vllm_station.checkpoint.stamp import (
     Stamp,
     StampError,
@@ -56,6 +55,12 @@ from vllm_station.checkpoint.verification import (
     verify_checkpoint,
 )
 from vllm_station.errors import UsageError
+
+# literals, never the tested module's own constants (tests/test_architecture_literals.py)
+MAX_LISTED = 5
+HASHES_NAME = ".station-hashes.json"
+MAX_DEPTH = 64
+HASH_CHUNK = 16 * 2**20
 
 SHARDS = [f"model-0000{i}-of-00003.safetensors" for i in (1, 2, 3)]
 
@@ -244,14 +249,14 @@ def test_leaving_the_pool_normally_runs_everything() -> None:
 def test_hash_file_drops_each_chunk_from_the_cache_behind_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    data = os.urandom(hashes.HASH_CHUNK * 2 + 1000)
+    data = os.urandom(HASH_CHUNK * 2 + 1000)
     path = tmp_path / "f.bin"
     path.write_bytes(data)
     calls: list[tuple[int, int, int]] = []
     monkeypatch.setattr(os, "posix_fadvise", lambda fd, off, n, advice: calls.append((off, n, advice)))
     digest, blob = hash_file(path, want_blob=True)
     assert digest == hashlib.sha256(data).hexdigest() and blob == git_blob_sha1(data)
-    chunk = hashes.HASH_CHUNK
+    chunk = HASH_CHUNK
     assert calls == [(0, chunk, os.POSIX_FADV_DONTNEED), (chunk, chunk, os.POSIX_FADV_DONTNEED),
                      (2 * chunk, 1000, os.POSIX_FADV_DONTNEED)]  # fmt: skip
     assert hash_file(path, want_blob=False) == (digest, None)

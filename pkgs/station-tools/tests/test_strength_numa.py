@@ -16,6 +16,10 @@ from vllm_station.errors import StationError, UsageError
 from vllm_station.host import numa
 from vllm_station.membind import bind_memory
 
+# literals, never the tested module's own constants (tests/test_architecture_literals.py)
+MPOL_DEFAULT = 0
+MPOL_BIND = 2
+
 
 @pytest.mark.parametrize(
     ("spec", "nodes"),
@@ -58,8 +62,8 @@ def test_format_nodes(nodes: list[int], text: str) -> None:
 
 
 def test_policy_describe() -> None:
-    assert numa.MemPolicy(numa.MPOL_DEFAULT, "default", []).describe() == "default"
-    assert numa.MemPolicy(numa.MPOL_BIND, "bind", [0, 1, 3]).describe() == "bind:0-1,3"
+    assert numa.MemPolicy(MPOL_DEFAULT, "default", []).describe() == "default"
+    assert numa.MemPolicy(MPOL_BIND, "bind", [0, 1, 3]).describe() == "bind:0-1,3"
 
 
 def _status(tmp_path: Path, pid: str, text: str) -> Path:

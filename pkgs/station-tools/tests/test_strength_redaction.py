@@ -11,8 +11,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from faultserver import FaultServer, RawReply, Reply
 
 from vllm_station import output, redact
+from vllm_station.api import ApiClient, ApiError
+
+# literals, never the tested module's own constants (tests/test_architecture_literals.py)
+MIN_SECRET_LEN = 8
 
 KEY = "SK9Q7ZK3V8M2P6W4"
 
@@ -25,8 +30,8 @@ def _clean_registry() -> Iterator[None]:
 
 
 def test_exactly_min_length_is_a_secret_one_less_is_not() -> None:
-    redact.register("A" * redact.MIN_SECRET_LEN)
-    redact.register("B" * (redact.MIN_SECRET_LEN - 1))
+    redact.register("A" * MIN_SECRET_LEN)
+    redact.register("B" * (MIN_SECRET_LEN - 1))
     redact.register("")
     redact.register(None)
     assert redact.secrets() == ("A" * 8,)
@@ -182,3 +187,44 @@ def test_write_text_is_utf8_whatever_the_locale(tmp_path: Path) -> None:
                        timeout=60)  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert out.read_bytes() == "Zürich".encode()
+
+
+# ---- the shared client: a secret split by a line break in what a server sends back ----------------------
+
+
+def _split_key_server() -> FaultServer:
+    """Echoes the key back split by a line break: in an error body, and in an event stream whose `data:`
+    lines the client joins (SSE: with a line break) before it reads the event."""
+    body = f'{{"error": {{"message": "invalid key {KEY[:6]}\\n{KEY[6:]}"}}}}'
+    stream = f"data: {{\"error\": \"bad key {KEY[:6]}\ndata: {KEY[6:]}\"}}\n\n".encode()
+    return FaultServer({
+        ("POST", "/v1/completions"): Reply(status=401, body=f"invalid key {KEY[:6]}\n{KEY[6:]}\n"),
+        ("POST", "/v1/chat/completions"): Reply(status=403, body=body, content_type="application/json"),
+        ("GET", "/v1/models"): RawReply(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                                        b"content-length: %d\r\n\r\n" % len(stream) + stream),
+    }).start()  # fmt: skip
+
+
+@pytest.mark.parametrize("call", ["completion", "chat", "chat_stream"])
+def test_a_key_split_by_a_line_break_never_reaches_an_error(call: str) -> None:
+    """Masking runs on the joined text (or catches the break): a key cut in two by a line break in the
+    server's answer is neither rebuilt in the message nor left in two halves."""
+    redact.register(KEY)
+    srv = _split_key_server()
+    try:
+        with ApiClient(srv.url, api_key=KEY, timeout=10) as api, pytest.raises(ApiError) as err:
+            if call == "completion":
+                api.completion("m", "hi", max_tokens=1)
+            elif call == "chat":
+                api.chat("m", [{"role": "user", "content": "hi"}])
+            else:
+                stream_body = f"data: {{\"error\": \"bad key {KEY[:6]}\ndata: {KEY[6:]}\"}}\n\n"
+                srv.route("POST", "/v1/chat/completions",
+                          Reply(body=stream_body, content_type="text/event-stream"))  # fmt: skip
+                list(api.chat_stream("m", [{"role": "user", "content": "hi"}]))
+    finally:
+        srv.stop()
+    texts = [str(err.value), *(str(a) for a in err.value.args), str(getattr(err.value, "body", "") or "")]
+    for text in texts:
+        assert KEY[:6] not in text and KEY[6:] not in text, text
+    assert "***" in str(err.value)

@@ -14,10 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from vllm_station.checkpoint.layout import INDEX_NAME
 from vllm_station.checkpoint.safetensors import ShardError, TensorInfo, read_shard_header
 from vllm_station.checkpoint.stamp import STAMP_NAME
 from vllm_station.checkpoint.verification import Problem, verify_checkpoint
+
+# literals, never the tested module's own constants (tests/test_architecture_literals.py)
+INDEX_NAME = "model.safetensors.index.json"
 
 
 def shard(path: Path, tensors: dict[str, tuple[str, list[int], int, int]], data_len: int) -> Path:

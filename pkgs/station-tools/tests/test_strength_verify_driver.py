@@ -22,7 +22,7 @@ from test_verify import record_hashes
 
 from vllm_station.checkpoint import verification
 from vllm_station.checkpoint.files import read_error
-from vllm_station.checkpoint.hashes import HASHES_NAME, read_hash_record
+from vllm_station.checkpoint.hashes import read_hash_record
 from vllm_station.checkpoint.safetensors import ShardError, read_shard_header
 from vllm_station.checkpoint.stamp import STAMP_NAME, read_stamp
 from vllm_station.checkpoint.verification import (
@@ -32,6 +32,9 @@ from vllm_station.checkpoint.verification import (
     VerifyReport,
     verify_checkpoint,
 )
+
+# literals, never the tested module's own constants (tests/test_architecture_literals.py)
+HASHES_NAME = ".station-hashes.json"
 
 INDEX = "model.safetensors.index.json"
 REV_A, REV_B = "a" * 40, "b" * 40

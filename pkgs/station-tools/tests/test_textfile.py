@@ -23,6 +23,10 @@ from vllm_station import textfile
 from vllm_station.errors import UsageError
 from vllm_station.textfile import Family, Sample
 
+# literals, never the tested module's own constants (tests/test_architecture_literals.py)
+DIR_ENV = "STATION_TEXTFILE_DIR"
+NCCL_FILE = "station-nccl.prom"
+
 NODE_EXPORTER = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
 PROMTOOL = shutil.which("promtool")
 NEED_DEBIAN = "apt-get install -y prometheus prometheus-node-exporter (scripts/check installs them)"
@@ -138,10 +142,10 @@ def test_page_cache_export_writes_only_where_monitoring_made_the_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     details = {"node": 1, "file_pages_bytes": 3 * 2**30, "threshold_bytes": 4 * 2**30, "cdmm": False}
-    monkeypatch.setenv(textfile.DIR_ENV, str(tmp_path / "absent"))
+    monkeypatch.setenv(DIR_ENV, str(tmp_path / "absent"))
     assert textfile.export_page_cache("prestart", details) is None
     assert not (tmp_path / "absent").exists()
-    monkeypatch.setenv(textfile.DIR_ENV, str(tmp_path))
+    monkeypatch.setenv(DIR_ENV, str(tmp_path))
     path = textfile.export_page_cache("prestart", details)
     assert path == tmp_path / "station-page-cache-prestart.prom"
     got = textfile.read(path)
@@ -253,7 +257,7 @@ def test_promtool_lints_the_exposition_clean() -> None:
 
 
 def _station(args: list[str], directory: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, textfile.DIR_ENV: str(directory)}
+    env = {**os.environ, DIR_ENV: str(directory)}
     return subprocess.run(
         [sys.executable, "-m", "vllm_station", *args], capture_output=True, text=True, timeout=60, env=env
     )
@@ -288,12 +292,12 @@ def test_nccl_check_exports_its_verdict(tmp_path: Path) -> None:
     data = Path(__file__).resolve().parent / "data" / "nccl"
     out = _station(["nccl-check", "--log", str(data / "gdrdma.log")], tmp_path)
     assert out.returncode == 0, out.stderr
-    got = textfile.read(tmp_path / textfile.NCCL_FILE)
+    got = textfile.read(tmp_path / NCCL_FILE)
     assert got['station_nccl_transport_verdict{verdict="pass"}'] == 1
     assert got['station_nccl_transport_verdict{verdict="fail"}'] == 0
     socket_logs = sorted(p for p in data.iterdir() if "socket" in p.name)
     assert socket_logs, sorted(p.name for p in data.iterdir())
     out = _station(["nccl-check", "--log", str(socket_logs[0])], tmp_path)
     assert out.returncode == 1, out.stdout
-    got = textfile.read(tmp_path / textfile.NCCL_FILE)
+    got = textfile.read(tmp_path / NCCL_FILE)
     assert got['station_nccl_transport_verdict{verdict="fail"}'] == 1

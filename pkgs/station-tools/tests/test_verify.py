@@ -18,10 +18,13 @@ import pytest
 from hubserver import git_blob_sha1, make_checkpoint
 from safetensors.numpy import load_file
 
-from vllm_station.checkpoint.hashes import HASHES_NAME, HashRecord, RecordedFile, write_hash_record
+from vllm_station.checkpoint.hashes import HashRecord, RecordedFile, write_hash_record
 from vllm_station.checkpoint.safetensors import read_shard_header
 from vllm_station.checkpoint.stamp import STAMP_NAME
 from vllm_station.checkpoint.verification import verify_checkpoint
+
+# literals, never the tested module's own constants (tests/test_architecture_literals.py)
+HASHES_NAME = ".station-hashes.json"
 
 ARCH = "GlmMoeDsaForCausalLM"
 ALGO = "MIXED_PRECISION"

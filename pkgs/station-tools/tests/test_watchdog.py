@@ -27,7 +27,6 @@ from vllm_station import cli, textfile
 from vllm_station.api import ApiTimeout, ApiUnreachable, ProtocolError
 from vllm_station.api.args import endpoint_from_args
 from vllm_station.api.errors import HttpStatusError
-from vllm_station.commands import watchdog
 from vllm_station.commands.watchdog import (
     Look,
     Options,
@@ -41,6 +40,9 @@ from vllm_station.commands.watchdog import (
 from vllm_station.errors import UsageError
 from vllm_station.sim.config import SimConfig
 from vllm_station.sim.process import SimProcess
+
+# literals, never the tested module's own constants (tests/test_architecture_literals.py)
+TEXTFILE = "station-watchdog.prom"
 
 FAST = {"interval_s": 0.5, "probe_timeout_s": 0.4, "wedge_verdicts": 3}
 
@@ -189,7 +191,7 @@ def test_a_401_storm_is_misconfigured_and_never_restarted(engine: Engine, tmp_pa
     said = [line for line in lines if line.startswith("verdict misconfigured")]
     assert len(said) == 1, lines  # once, when the stretch began
     assert "HTTP 401" in said[0] and "no restart changes" in said[0]
-    exported = textfile.read(tmp_path / watchdog.TEXTFILE)
+    exported = textfile.read(tmp_path / TEXTFILE)
     assert exported['station_watchdog_verdict{verdict="misconfigured"}'] == 1
     assert exported['station_watchdog_verdict{verdict="wedged"}'] == 0
     assert exported["station_watchdog_restarts_total"] == 0
@@ -220,7 +222,7 @@ def test_shedding_load_is_overloaded_and_never_restarted(engine: Engine, status:
     verdicts = _looks(engine, 4, lines, restarts, tmp_path, wedge_verdicts=2)
     assert [v.verdict for v in verdicts] == ["overloaded"] * 4 and restarts == []
     assert len([line for line in lines if line.startswith("verdict overloaded")]) == 1, lines
-    exported = textfile.read(tmp_path / watchdog.TEXTFILE)
+    exported = textfile.read(tmp_path / TEXTFILE)
     assert exported['station_watchdog_verdict{verdict="overloaded"}'] == 1
     assert exported["station_watchdog_restarts_total"] == 0
 
@@ -241,7 +243,7 @@ def test_a_transport_failure_without_progress_is_restarted_after_n_looks(
     assert [v.verdict for v in verdicts] == ["no-baseline", "wedged", "wedged"], lines
     assert [v.restarted for v in verdicts] == [False, False, True]
     assert restarts == ["restart"]
-    assert textfile.read(tmp_path / watchdog.TEXTFILE)["station_watchdog_restarts_total"] == 1
+    assert textfile.read(tmp_path / TEXTFILE)["station_watchdog_restarts_total"] == 1
 
 
 def test_an_interrupted_wedge_starts_the_count_anew(engine: Engine) -> None:
@@ -378,7 +380,7 @@ def test_a_wedge_is_restarted_within_the_configured_time(restartable: object, tm
         assert "no progress for" in restart_line
         after = run_loop(dog, 1)  # the fresh process answers
         assert after[-1].verdict == "ok", [v.reason for v in after]
-        exported = textfile.read(tmp_path / watchdog.TEXTFILE)
+        exported = textfile.read(tmp_path / TEXTFILE)
         assert exported["station_watchdog_restarts_total"] == 1
         assert exported['station_watchdog_verdict{verdict="ok"}'] == 1
         assert exported['station_watchdog_verdict{verdict="wedged"}'] == 0
@@ -501,7 +503,7 @@ def test_cli_restarts_the_unit_through_systemctl_and_exports(
     assert "restart --no-block vllm-station.service" in calls
     assert sum(c.startswith("show") for c in calls) == 3
     assert "restarting vllm-station.service (systemctl restart --no-block vllm-station.service)" in out.stderr
-    exported = textfile.read(tmp_path / watchdog.TEXTFILE)
+    exported = textfile.read(tmp_path / TEXTFILE)
     assert exported["station_watchdog_unit_start_limit_hit"] == 0
     assert exported["station_watchdog_restarts_total"] == 1
 
@@ -553,7 +555,7 @@ def test_a_refused_watchdog_restart_is_the_start_limit_whatever_the_result(
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert "failed by its start limit (the watchdog's restart refused, Result=exit-code)" in out.stderr
-    assert textfile.read(tmp_path / watchdog.TEXTFILE)["station_watchdog_unit_start_limit_hit"] == 1
+    assert textfile.read(tmp_path / TEXTFILE)["station_watchdog_unit_start_limit_hit"] == 1
     assert sum(c.startswith("restart") for c in calls.read_text().splitlines()) == 1
 
 
@@ -578,7 +580,7 @@ def test_cli_says_once_that_the_start_limit_refused_the_unit(
     assert out.returncode == 0, out.stderr
     assert out.stderr.count("failed by its start limit (start-limit-hit)") == 1, out.stderr
     assert "systemctl reset-failed vllm-station.service" in out.stderr
-    assert textfile.read(tmp_path / watchdog.TEXTFILE)["station_watchdog_unit_start_limit_hit"] == 1
+    assert textfile.read(tmp_path / TEXTFILE)["station_watchdog_unit_start_limit_hit"] == 1
     assert not any(c.startswith("restart") for c in (tmp_path / "calls").read_text().splitlines())
 
 
@@ -606,7 +608,7 @@ def test_the_start_limit_as_systemd_252_reports_it(
         "--interval", "0.2", "--probe-timeout", "0.2", "--cycles", "2", "--textfile-dir", str(tmp_path),
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
-    exported = textfile.read(tmp_path / watchdog.TEXTFILE)
+    exported = textfile.read(tmp_path / TEXTFILE)
     assert exported["station_watchdog_unit_start_limit_hit"] == (1 if hit else 0), out.stderr
     assert ("failed by its start limit" in out.stderr) == hit, out.stderr
     if hit and "NRestarts=0" not in show:
@@ -635,7 +637,6 @@ def test_real_vllm_reads_ok_and_its_progress_metrics_exist(tools_server: VllmSer
         assert look.signature is not None
         for name in ("vllm:generation_tokens_total", "vllm:prompt_tokens_total", "vllm:kv_cache_usage_perc"):
             assert name in look.signature, sorted(look.signature)
-        assert set(watchdog.SHOWN.values()) <= set(look.shown.keys()) | set(watchdog.SHOWN.values())
         assert {"generation_tokens", "kv_cache_usage", "running", "waiting"} <= set(look.shown)
     finally:
         dog.close()

@@ -19,7 +19,10 @@ import pytest
 from vllm_station.checkpoint.stamp import STAMP_NAME
 from vllm_station.cli import main
 from vllm_station.commands import weights
-from vllm_station.commands.weights import GiB, Status, checkpoint_size, scan
+from vllm_station.commands.weights import Status, checkpoint_size, scan
+
+# literals, never the tested module's own constants (tests/test_architecture_literals.py)
+GiB = 2**30
 
 DATA = Path(__file__).parent / "data" / "weights"
 STATION = [sys.executable, "-m", "vllm_station"]
