@@ -33,7 +33,9 @@ def test_short_sweep_on_real_vllm(smol_server: Any, tmp_path: Path) -> None:
         assert lv["token_source"] == "usage"
         assert lv["output_tokens"]["min"] == lv["output_tokens"]["max"] == 8
         assert lv["prompt_tokens"]["min"] == lv["prompt_tokens"]["max"] == 32  # exact via vLLM's /tokenize
-        assert 0 < lv["ttft"]["median"] < lv["e2e"]["median"]
+        # <=: on a loaded machine vLLM may flush all 8 tokens in one chunk, the first token arriving with the
+        # last (seen: 1.1298 s both); the exact arithmetic is tested on fixed timestamps (test_bench_units.py)
+        assert 0 < lv["ttft"]["median"] <= lv["e2e"]["median"]
         assert lv["tok_s"]["mean"] > 0
         assert lv["server"]["generation_tokens_delta"] == 16  # vLLM's own counter agrees
 
