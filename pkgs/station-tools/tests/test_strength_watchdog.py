@@ -342,3 +342,31 @@ def test_say_writes_one_line_to_stderr(capsys: pytest.CaptureFixture[str]) -> No
     _say("a look")
     out = capsys.readouterr()
     assert (out.out, out.err) == ("", "station watchdog: a look\n")
+
+
+def test_a_container_kill_that_fails_is_said_and_the_restart_stands(tmp_path: Path) -> None:
+    """The kill only ends the graceful stop's wait: a runtime that fails (its stderr cut at 200
+    characters) or is missing is said after what systemd was asked, never raised."""
+    script, _, calls = systemctl(tmp_path, "active")
+    runtime = tmp_path / "docker"
+    runtime.write_text("#!/bin/sh\nprintf '  %0250d  ' 0 >&2\nexit 3\n")
+    runtime.chmod(0o755)
+    got = Systemd(str(script), "u.service", str(runtime), "c1").restart()
+    assert got == (
+        f"systemctl restart --no-block u.service; {runtime} kill c1 exited 3: {'0' * 200} (the stop waits "
+        "for the unit's own timeouts)"
+    )
+    missing = tmp_path / "no-docker"
+    got = Systemd(str(script), "u.service", str(missing), "c1").stop()
+    assert got == (
+        f"systemctl stop --no-block u.service; {missing} kill c1: [Errno 2] No such file or directory: "
+        f"'{missing}' (the stop waits for the unit's own timeouts)"
+    )
+    # a runtime without a container (or the reverse) kills nothing
+    alone = Systemd(str(script), "u.service", str(runtime), None)
+    assert alone.restart() == "systemctl restart --no-block u.service"
+    assert Systemd(str(script), "u.service", None, "c1").stop() == "systemctl stop --no-block u.service"
+    assert calls.read_text().splitlines() == [
+        "restart --no-block u.service", "stop --no-block u.service", "restart --no-block u.service",
+        "stop --no-block u.service",
+    ]  # fmt: skip
