@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from vllm_station.api.args import endpoint_from_args
-from vllm_station.commands.watchdog import Look, Options, PairRestart, Systemd, Watchdog, _say
+from vllm_station.commands.watchdog import Look, Options, PairRestart, Systemd, UnitState, Watchdog, _say
 from vllm_station.errors import StationError, UsageError
 
 
@@ -370,3 +370,21 @@ def test_a_container_kill_that_fails_is_said_and_the_restart_stands(tmp_path: Pa
         "restart --no-block u.service", "stop --no-block u.service", "restart --no-block u.service",
         "stop --no-block u.service",
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("show", "state"),
+    [
+        ("ActiveState=failed\nSubState=failed\nResult=start-limit-hit\nno equals sign here\n",
+         UnitState("failed", "failed", "start-limit-hit", 0)),
+        ("ActiveState=active\nNRestarts=x\nResult=a=b\n", UnitState("active", "?", "a=b", 0)),
+        ("SubState=running\nNRestarts=12\n", UnitState("?", "running", "?", 12)),
+    ],
+)  # fmt: skip
+def test_the_units_state_from_systemctl_show(tmp_path: Path, show: str, state: UnitState) -> None:
+    script, calls = tmp_path / "systemctl", tmp_path / "calls"
+    (tmp_path / "out").write_text(show)
+    script.write_text(f'#!/bin/sh\necho "$@" >> {calls}\ncat {tmp_path / "out"}\n')
+    script.chmod(0o755)
+    assert Systemd(str(script), "vllm-station.service").state() == state
+    assert calls.read_text() == "show --property=ActiveState,SubState,Result,NRestarts vllm-station.service\n"
