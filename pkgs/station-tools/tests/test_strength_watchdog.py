@@ -388,3 +388,37 @@ def test_the_units_state_from_systemctl_show(tmp_path: Path, show: str, state: U
     script.chmod(0o755)
     assert Systemd(str(script), "vllm-station.service").state() == state
     assert calls.read_text() == "show --property=ActiveState,SubState,Result,NRestarts vllm-station.service\n"
+
+
+def test_an_engine_state_unknown_is_a_wedge_of_unknown_cause_and_counts_as_waiting(
+    beacon: Beacon, tmp_path: Path
+) -> None:
+    beacon.engine("unknown", "starting")
+    pair = Pair(tmp_path, beacon, beacon.url, 60.0, active="inactive")
+    assert pair() == (
+        "a wedge; systemctl stop --no-block vllm-station.service; the head is down; the worker's engine "
+        "waits for a head; systemctl start --no-block vllm-station.service"
+    )
+    assert pair.said[0].startswith("a wedge: the worker is up; its beacon reports no engine state (rank 1);")
+    assert pair.sleeps == []
+
+
+def test_the_wait_ends_at_a_look_exactly_on_its_deadline_and_names_a_state_it_cannot_read(
+    beacon: Beacon, tmp_path: Path
+) -> None:
+    """--pair-wait 4 s polled every 2 s: looks at 0, 2 and 4 s, the last exactly on the deadline ends it.
+    The head's state cannot be read (systemctl show fails): the wait says why."""
+    beacon.engine("waiting")
+    pair = Pair(tmp_path, beacon, beacon.url, 4.0)
+    script = pair.restart.systemd.systemctl
+    Path(script).write_text(
+        f'#!/bin/sh\necho "$@" >> {pair.calls}\n[ "$1" = show ] && {{ echo gone >&2; exit 4; }}\nexit 0\n'
+    )
+    got = pair()
+    assert pair.sleeps == [2.0, 2.0]
+    assert got == (
+        "a wedge caused by the worker; systemctl stop --no-block vllm-station.service; the head is not down "
+        f"after 4 s ({script} show --property=ActiveState,SubState,Result,NRestarts vllm-station.service "
+        "exited 4: gone); the worker's engine waits for a head; systemctl start --no-block "
+        "vllm-station.service"
+    )
