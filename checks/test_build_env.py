@@ -169,9 +169,11 @@ def test_xdist_hook_as_nixpkgs_appends_it() -> None:
     assert xdist_hook(Inputs({"nativeCheckInputs": ["pytest-timeout"], "dontUsePytestXdist": False}), 2) == []
 
 
-def test_package_uses_the_xdist_hook(inputs: Inputs) -> None:
-    """package.nix lists pytest-xdist: the build's suite runs on every core (the tier runs it so too)."""
-    assert "pytest-xdist" in inputs.check_inputs and not inputs.raw["dontUsePytestXdist"]
+def test_package_opts_out_of_the_xdist_hook(inputs: Inputs) -> None:
+    """package.nix lists pytest-xdist but sets dontUsePytestXdist (a file's module fixtures assume one
+    worker): the build's suite runs in one process, and so does this tier's."""
+    assert "pytest-xdist" in inputs.check_inputs and inputs.raw["dontUsePytestXdist"] is True
+    assert xdist_hook(inputs, 2) == []
 
 
 def test_suite_passes_as_pytest_check_hook_runs_it(build: Build) -> None:

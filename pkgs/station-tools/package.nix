@@ -90,6 +90,11 @@ let
       ])
       # `station copy`'s tests run a real rsync daemon
       ++ [ rsync ];
+    # One process: pytest-xdist's setup hook would add `--numprocesses=$NIX_BUILD_CORES` with
+    # `--dist load`, which hands one file's tests to several workers, and the files whose module
+    # fixture runs every case of the file at once (test_hostile_all_commands.py) then run them on each
+    # worker (twice the load; one case exited 255 that way). scripts/check keeps a file on one worker.
+    dontUsePytestXdist = true;
 
     # tests/test_prestart.py runs the installed (wrapped) `station` console script
     preCheck = ''
