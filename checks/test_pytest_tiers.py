@@ -23,9 +23,12 @@ RECORD = textwrap.dedent(
     import json, os, pathlib
     import pytest
 
+    import time
+
     def record(name):
         out = pathlib.Path(os.environ["TIERS_RECORD"]) / f"{name}.json"
-        out.write_text(json.dumps({"worker": os.environ.get("PYTEST_XDIST_WORKER", "main")}))
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        out.write_text(json.dumps({"worker": worker, "at": time.monotonic_ns()}))
     """
 )
 
@@ -52,12 +55,12 @@ def _unit_file(name: str) -> str:
     )
 
 
-def _shared_file(name: str, how: str) -> str:
+def _shared_file(name: str, how: str, n: int = 6) -> str:
     # half by fixture (conftest marks it), half by module marker
     if how == "fixture":
-        body = f"\n\n@pytest.mark.parametrize('i', range(6))\ndef test_{name}(shared_server, i):\n"
+        body = f"\n\n@pytest.mark.parametrize('i', range({n}))\ndef test_{name}(shared_server, i):\n"
     else:
-        body = f"\n\npytestmark = pytest.mark.system\n\n@pytest.mark.parametrize('i', range(6))\ndef test_{name}(i):\n"
+        body = f"\n\npytestmark = pytest.mark.system\n\n@pytest.mark.parametrize('i', range({n}))\ndef test_{name}(i):\n"
     return RECORD + body + f"    record(f'shared-{name}-{{i}}')\n"
 
 
@@ -112,6 +115,30 @@ def test_shared_tiers_are_queued_first(tmp_path: Path) -> None:
     assert len(ids) == 4 * 3 * 4 + 4 * 6
     shared = [i for i, nodeid in enumerate(ids) if "test_vllm_" in nodeid or "test_sys_" in nodeid]
     assert shared == list(range(24)), ids[:30]
+    # longest first: the system tier (SHARED_TIERS' order) before the real-vLLM one
+    assert all("test_sys_" in nodeid for nodeid in ids[:12]), ids[:24]
+
+
+def test_each_worker_starts_with_a_shared_tier_whatever_the_groups_sizes(tmp_path: Path) -> None:
+    """xdist's loadgroup reorders groups by their number of tests unless told not to: here the unit files
+    are larger than the shared tiers, and each worker must still begin with a shared tier."""
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "conftest.py").write_text(CONFTEST)
+    for name in ("alpha", "beta", "gamma", "delta"):
+        (suite / f"test_{name}.py").write_text(_unit_file(name))  # 12 tests each
+    (suite / "test_vllm_one.py").write_text(_shared_file("vllm_one", "fixture", 2))
+    (suite / "test_sys_one.py").write_text(_shared_file("sys_one", "marker", 2))
+    record = tmp_path / "record"
+    record.mkdir()
+    run = _pytest(suite, record, "-n", "2", "--dist", "loadgroup", "-q")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    first: dict[str, tuple[int, str]] = {}
+    for f in record.glob("*.json"):
+        rec = json.loads(f.read_text())
+        first[rec["worker"]] = min(first.get(rec["worker"], (rec["at"], f.stem)), (rec["at"], f.stem))
+    assert sorted(first) == ["gw0", "gw1"], first
+    assert sorted(stem.split("-")[1] for _, stem in first.values()) == ["sys_one", "vllm_one"], first
 
 
 TIMING_SUITE = textwrap.dedent(

@@ -52,11 +52,18 @@ def pytest_configure(config: pytest.Config) -> None:
     for marker in TIER_MARKERS:
         config.addinivalue_line("markers", f"{marker}: test tier '{TIER_NAMES[marker]}'")
     config.addinivalue_line("markers", "xdist_group(name): run on one xdist worker with its group")
+    # xdist's loadgroup scheduler reorders its groups by their number of tests (`--loadscope-reorder`, on
+    # by default): the day2 tier (10 tests, the longest chain) then started 14 minutes into a full run and
+    # was its tail. The order this plugin gives (below) is the one that reaches the workers.
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
 
 
 # Tiers whose tests share one expensive thing across files (a real vLLM server, the machine a real
 # systemd boots, the Nix-built package, the day-two station): each runs on one xdist worker, in order.
-SHARED_TIERS = ("realvllm", "system", "build_env", "day2")
+# Longest first (a full run on 2 cores: day2 ~13 min, build_env ~8, system ~8, realvllm ~5): each starts
+# at once on a worker of its own, and the files of the other tiers fill the rest.
+SHARED_TIERS = ("day2", "build_env", "system", "realvllm")
 
 
 def tier_of(item: pytest.Item) -> str:
@@ -77,9 +84,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         # fixtures such as one NixOS evaluation run once), and each shared tier stays on one worker.
         group = tier if tier in SHARED_TIERS else item.nodeid.split("::", 1)[0]
         item.add_marker(pytest.mark.xdist_group(group))
-    # The shared tiers are the longest groups: first in the queue, they start at once on their own
-    # workers instead of becoming the run's tail (stable: the order inside each group is kept).
-    items.sort(key=lambda item: _tier_of[item.nodeid] not in SHARED_TIERS)
+    # The shared tiers are the longest groups: first in the queue, longest first, they start at once on
+    # their own workers instead of becoming the run's tail (stable: the order inside each group is kept).
+    rank = {tier: i for i, tier in enumerate(SHARED_TIERS)}
+    items.sort(key=lambda item: rank.get(_tier_of[item.nodeid], len(SHARED_TIERS)))
 
 
 def _report_tier(report: pytest.TestReport) -> str:
