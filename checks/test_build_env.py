@@ -169,11 +169,14 @@ def test_xdist_hook_as_nixpkgs_appends_it() -> None:
     assert xdist_hook(Inputs({"nativeCheckInputs": ["pytest-timeout"], "dontUsePytestXdist": False}), 2) == []
 
 
-def test_package_opts_out_of_the_xdist_hook(inputs: Inputs) -> None:
-    """package.nix lists pytest-xdist but sets dontUsePytestXdist (a file's module fixtures assume one
-    worker): the build's suite runs in one process, and so does this tier's."""
-    assert "pytest-xdist" in inputs.check_inputs and inputs.raw["dontUsePytestXdist"] is True
-    assert xdist_hook(inputs, 2) == []
+def test_package_runs_its_suite_on_every_core_a_file_per_worker(build: Build) -> None:
+    """package.nix keeps pytest-xdist's hook (one worker per build core) with `--dist=loadfile`: a file's
+    module fixture runs once, on one worker. The hostile-servers file (wall-clock deadlines) is left out of
+    the build, as `timing` tests are; scripts/check runs it."""
+    assert "pytest-xdist" in build.inputs.check_inputs and not build.inputs.raw["dontUsePytestXdist"]
+    args = build.pytest_args(cores=2)
+    assert args[-2:] == ["--dist=loadfile", "--numprocesses=2"], args
+    assert "--ignore=tests/test_hostile_all_commands.py" in args, args
 
 
 def test_suite_passes_as_pytest_check_hook_runs_it(build: Build) -> None:
