@@ -965,11 +965,14 @@ in
     systemd.services.${keysUnit} = {
       description = "API keys of the vllm-station gateway, for nginx";
       before = [ "nginx.service" ];
-      wantedBy = [ "nginx.service" ];
-      after = secretsCheck;
-      requires = secretsCheck;
       # A restart of nginx reads the keys again first. A rotation is `systemctl restart
       # vllm-station-gateway-keys`: the maps are written, then nginx reloads (ExecStartPost).
+      # Following the station key, it is also part of the serving unit and wanted by it: `PartOf` carries
+      # that unit's stop and restart here, and only `wantedBy` brings it back with a plain `systemctl start`
+      # after a `stop` (else nginx would keep the old upstream key: every request through it 401).
+      wantedBy = [ "nginx.service" ] ++ optional followsStationKey "${contract.unit}.service";
+      after = secretsCheck;
+      requires = secretsCheck;
       partOf = [ "nginx.service" ] ++ optional followsStationKey "${contract.unit}.service";
       serviceConfig = hardening.base // {
         Type = "oneshot";

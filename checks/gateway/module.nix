@@ -255,7 +255,10 @@ let
         "%d/upstream-key"
       ]
       # the stations' key is this station's: its rotation (a restart of the serving unit) re-reads it
-      ++ h.eq "follows the station key" (keysUnit config).partOf [ "nginx.service" "vllm-station.service" ]
+      ++ h.eq "follows the station key" [ (keysUnit config).partOf (keysUnit config).wantedBy ] [
+        [ "nginx.service" "vllm-station.service" ]
+        [ "nginx.service" "vllm-station.service" ]
+      ]
       ++ h.eq "secrets" (map (x: [ x.option x.kind ]) config.services.vllm-station.secrets.units.vllm-station-gateway-keys) [
         [ "services.vllm-station.gateway.keys.alice.file" "file" ]
         [ "services.vllm-station.gateway.keysDirectory" "directory" ]
