@@ -323,6 +323,9 @@ def test_key_rotation_by_reload_and_a_bad_file_keeps_the_running_keys(env: Env) 
         assert c.get("/v1/models").status_code == 200
 
 
+STREAM_TOKENS = 600
+
+
 def test_a_stream_in_flight_survives_a_key_rotation_by_the_keys_unit(env: Env) -> None:
     """`systemctl restart vllm-station-gateway-keys` as the rendered unit does it: its ExecStart
     (`station gateway keys`) and then, only when that succeeded (systemd runs ExecStartPost after a
@@ -336,7 +339,9 @@ def test_a_stream_in_flight_survives_a_key_rotation_by_the_keys_unit(env: Env) -
     # its only requirement is its secrets check: nothing ties nginx's life to this unit
     assert [v.split("@")[0] for v in unit_values(unit, "Requires")] == ["vllm-station-secrets"]
 
-    sid = session_on(env, "station-c")  # 30 ms between tokens: 150 tokens take ~4.5 s
+    # 30 ms between tokens: 600 tokens take ~18 s, the rotation's checks a few (150 tokens, 4.5 s, ended
+    # before them once under load)
+    sid = session_on(env, "station-c")
     old, new = env.keys["alice"], new_key("alice")
     master = env.gw.proc.pid if env.gw.proc else None
     tokens: list[str] = []
@@ -345,7 +350,7 @@ def test_a_stream_in_flight_survives_a_key_rotation_by_the_keys_unit(env: Env) -
 
     def stream() -> None:
         with env.gw.client(old, timeout=60) as c, c.stream(
-            "POST", "/v1/chat/completions", json=chat_body(max_tokens=150, stream=True),
+            "POST", "/v1/chat/completions", json=chat_body(max_tokens=STREAM_TOKENS, stream=True),
             headers={"X-Session-ID": sid},
         ) as resp:  # fmt: skip
             ended.append(str(resp.status_code))
@@ -384,13 +389,13 @@ def test_a_stream_in_flight_survives_a_key_rotation_by_the_keys_unit(env: Env) -
             assert time.monotonic() < deadline, f"30 s after the reload: old key {was}, new key {now}"
             time.sleep(0.05)
         error_of(was, 401)
-        assert worker.is_alive() and in_flight < 150, "the stream ended before the rotation was checked"
+        assert worker.is_alive() and in_flight < STREAM_TOKENS, "the stream ended before the rotation was checked"
     finally:
         worker.join(60)
     env.keys["alice"] = new
     figure("stream across a key rotation (tokens before the reload / in all)", f"{in_flight} / {len(tokens)}")
     assert ended == ["200", "[DONE]"], ended
-    assert len(tokens) == 150  # every token of the stream that began with the retired key
+    assert len(tokens) == STREAM_TOKENS  # every token of the stream that began with the retired key
     assert env.gw.proc is not None and env.gw.proc.pid == master and env.gw.proc.poll() is None
 
     # a bad key file: the unit's ExecStart fails (exit 2, the file and line named), so no reload runs;
