@@ -373,8 +373,10 @@ def test_step4_station_key_rotation(cal: Calendar) -> None:
     assert cal.traffic is not None
     cal.traffic.__exit__()  # the clients hold the old key: they stop before the rotation, new ones follow
     t0 = time.monotonic()
+    # the rotation is a restart under load: long streams that began with the old key finish (the drain and
+    # vLLM's --shutdown-timeout), then the engine starts with the new key (step 7: a plain restart, 3 streams)
     m.write(API_KEY_PATH, ROTATED_KEY + "\n", mode=0o600)
-    m.systemctl("restart", SERVE, timeout=900)
+    streams = _restart_with_streams_in_flight(cal, API_KEY)
     restart_s = time.monotonic() - t0
     cal.traffic = Traffic(BASE, ROTATED_KEY, SERVED).__enter__()
     after = _assert_serving(st)
@@ -401,7 +403,8 @@ def test_step4_station_key_rotation(cal: Calendar) -> None:
     st.wait_for("an answer through the gateway with the new station key",
                 lambda: _status(ALICE_ROTATED, cal.ca) == 200, 60)  # fmt: skip
     cal.report("4 station key rotation", t0, time.monotonic(), restart_s=round(restart_s, 1),
-               old_key_status=401, watchdog_restarts=0, gateway_follows=True)  # fmt: skip
+               in_flight=len(streams), in_flight_completed=len(streams), old_key_status=401,
+               watchdog_restarts=0, gateway_follows=True)  # fmt: skip
 
 
 def _watchdog_looked_since(m: Any, t: float) -> bool:
@@ -584,39 +587,47 @@ def _long_request(key: str, out: _Long, max_tokens: int, gateway_ca: Path | None
         out.began.set()
 
 
-def test_step7_restart_under_load(cal: Calendar) -> None:
-    """A restart while long requests stream: the stop drains (the flag first, then SIGTERM; vLLM's
-    --shutdown-timeout lets the running requests finish), so every request that began before the stop
-    completes; the engine then starts again."""
+def _restart_with_streams_in_flight(cal: Calendar, key: str, streams: int = 3) -> list[_Long]:
+    """`systemctl restart` of the serving unit while `streams` long requests stream: the stop drains (the
+    flag first, then SIGTERM; vLLM's --shutdown-timeout lets the running requests finish), vLLM exits 0,
+    every request that began before the stop completes, and the engine starts again."""
     st, m = cal.station, cal.station.machine
-    _assert_serving(st)
-    key = m.run(["cat", API_KEY_PATH]).stdout.strip()
-    longs = [_Long() for _ in range(3)]
+    longs = [_Long() for _ in range(streams)]
     threads = [threading.Thread(target=_long_request, args=(key, o, 1024), daemon=True) for o in longs]
     for t in threads:
         t.start()
     for o in longs:
         assert o.began.wait(120) and o.error is None, o
-    before = _state(st, SERVE)
-    t0 = time.monotonic()
     # `systemctl restart` in its two halves, to read how vLLM ended between them
     m.systemctl("stop", SERVE, timeout=1200)
     exit_code = m.run(["docker", "inspect", "--format", "{{.State.ExitCode}}", CONTAINER]).stdout.strip()
     m.systemctl("start", SERVE, timeout=1200)
-    restart_s = time.monotonic() - t0
     for t in threads:
         t.join(timeout=900)
-    after = _assert_serving(st)
-    assert after["InvocationID"] != before["InvocationID"]
+    _assert_serving(st)
     assert exit_code == "0", f"vLLM exited {exit_code} on SIGTERM (the drain, then its shutdown timeout)"
     completed = [o for o in longs if o.error is None and o.finish == "length" and o.completion_tokens == 1024]
     assert len(completed) == len(longs), [(o.tokens, o.completion_tokens, o.finish, o.error) for o in longs]
-    journal = m.journal(SERVE)
-    assert "routed: no (new requests get 503; requests in flight finish)" in journal
+    assert "routed: no (new requests get 503; requests in flight finish)" in m.journal(SERVE)
+    return longs
+
+
+@long_step  # the short calendar restarts under load in step 4 (the station key's rotation)
+def test_step7_restart_under_load(cal: Calendar) -> None:
+    """A restart while long requests stream: every request that began before the stop completes; the
+    engine then starts again."""
+    st, m = cal.station, cal.station.machine
+    _assert_serving(st)
+    key = m.run(["cat", API_KEY_PATH]).stdout.strip()
+    before = _state(st, SERVE)
+    t0 = time.monotonic()
+    longs = _restart_with_streams_in_flight(cal, key)
+    restart_s = time.monotonic() - t0
+    assert _state(st, SERVE)["InvocationID"] != before["InvocationID"]
     st.wait_for("traffic flowing again", lambda: cal.traffic and cal.traffic.figures(time.monotonic() - 5, time.monotonic())["ok"],
                 120)  # fmt: skip
     cal.report("7 restart under load", t0, time.monotonic(), restart_s=round(restart_s, 1),
-               in_flight=len(longs), in_flight_completed=len(completed),
+               in_flight=len(longs), in_flight_completed=len(longs),
                in_flight_tokens=[o.tokens for o in longs])  # fmt: skip
 
 
