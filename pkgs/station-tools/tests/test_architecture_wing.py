@@ -37,16 +37,11 @@ ALLOWED_VERB_IMPORTS: dict[tuple[str, str], str] = {
         "golive composes smoke's core: SmokeOptions -> run_smoke -> SmokeReport, the first gate of its walk"
     ),
     ("golive", "gates"): (
-        "golive composes the gates' cores (tools/agent/needle run_battery, the case loaders, Sampling, "
-        "resolve_model, max_model_len)"
+        "golive composes the gates' cores (tools/agent/needle run_battery, Sampling)"
     ),
     ("golive", "bench"): (
         "golive composes bench's core (BenchOptions, check_budgets, execute, BenchReport) and its page "
-        "draws bench's plots and --expect verdicts"
-    ),
-    ("probe", "smoke"): (
-        "the probe is smoke's get_weather check as a Prometheus textfile: the same request and judgement "
-        "(check_models, check_tool_call, error_kind, SEED, PASS/WARN/SKIP), by design one definition"
+        "draws bench's plots"
     ),
 }
 

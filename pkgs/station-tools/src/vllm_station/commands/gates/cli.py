@@ -21,23 +21,13 @@ from typing import Any
 
 from vllm_station import argtypes, bounded, options, output, report
 from vllm_station.api.args import add_endpoint_args, endpoint_from_args
+from vllm_station.api.served import MAX_CONTEXT, max_model_len, resolve_model
 from vllm_station.batteries.cases import ToolCase, load_tool_cases
+from vllm_station.batteries.needles import DEFAULT_DEPTHS, DEFAULT_LENGTHS, depths_option, lengths_option
 from vllm_station.batteries.tasks import load_agent_tasks
 from vllm_station.commands.gates.agent import DEFAULT_MAX_TURNS
-from vllm_station.commands.gates.common import (
-    INTERRUPTED,
-    MAX_CONTEXT,
-    Sampling,
-    max_model_len,
-    resolve_model,
-)
-from vllm_station.commands.gates.needle import (
-    DEFAULT_DEPTHS,
-    DEFAULT_LENGTHS,
-    VARIANTS,
-    depths_option,
-    lengths_option,
-)
+from vllm_station.commands.gates.common import INTERRUPTED, Sampling
+from vllm_station.commands.gates.needle import VARIANTS
 from vllm_station.errors import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREACHABLE, UsageError
 
 MAX_TOKENS = 1_000_000
@@ -270,14 +260,8 @@ def _run_tools(args: argparse.Namespace) -> int:
 
 
 def _run_needle(args: argparse.Namespace) -> int:
-    from vllm_station.commands.gates.needle import (
-        default_cache,
-        parse_depths,
-        parse_lengths,
-        plan,
-        render,
-        run_battery,
-    )
+    from vllm_station.batteries.needles import parse_depths, parse_lengths
+    from vllm_station.commands.gates.needle import default_cache, plan, render, run_battery
 
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     unknown = [v for v in variants if v not in VARIANTS]

@@ -32,13 +32,21 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from vllm_station import argtypes, bounded, options, output
+from vllm_station import argtypes, bounded, options, output, thresholds
 from vllm_station import report as report_mod
 from vllm_station.api import ApiClient, ApiError
 from vllm_station.api.args import Endpoint, add_endpoint_args, endpoint_from_args
+from vllm_station.api.served import max_model_len, resolve_model
 from vllm_station.batteries.cases import load_tool_cases
+from vllm_station.batteries.needles import (
+    DEFAULT_DEPTHS,
+    DEFAULT_LENGTHS,
+    depths_option,
+    lengths_option,
+    parse_depths,
+    parse_lengths,
+)
 from vllm_station.batteries.tasks import load_agent_tasks
-from vllm_station.commands.bench import expect as expect_mod
 from vllm_station.commands.bench.modes import (
     MAX_CONCURRENCY,
     MAX_COUNT,
@@ -53,7 +61,7 @@ from vllm_station.commands.bench.modes import (
 from vllm_station.commands.bench.report import BenchReport
 from vllm_station.commands.bench.report import to_dict as bench_dict
 from vllm_station.commands.gates import agent, needle, tools
-from vllm_station.commands.gates.common import Sampling, max_model_len, resolve_model
+from vllm_station.commands.gates.common import Sampling
 from vllm_station.commands.smoke import SmokeOptions, SmokeReport, run_smoke
 from vllm_station.errors import (
     EXIT_FAIL,
@@ -139,13 +147,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--needle-lengths",
-        type=needle.lengths_option,
+        type=lengths_option,
         default=None,
         help="needle prompt lengths (default 25%%,50%%,90%%)",
     )
     parser.add_argument(
         "--needle-depths",
-        type=needle.depths_option,
+        type=depths_option,
         default=None,
         help="needle depths in percent (default 0,50,100)",
     )
@@ -366,7 +374,7 @@ def make_plan(args: argparse.Namespace, cfg: dict[str, Any]) -> Plan:
     expect = [*c.texts("expect"), *args.expect]
     if ALWAYS_EXPECT not in expect:
         expect.append(ALWAYS_EXPECT)
-    expect_mod.parse(expect)  # a bad threshold is a usage error now, not after an hour of gates
+    thresholds.parse(expect)  # a bad threshold is a usage error now, not after an hour of gates
     out_dir = c.text("outDir")
     cache = c.text("needle.calibrationCache")
     requests = args.bench_requests or c.number("bench.requests", BENCH_REQUESTS, (str, int)) or "2x"
@@ -377,11 +385,11 @@ def make_plan(args: argparse.Namespace, cfg: dict[str, Any]) -> Plan:
         timeout=args.timeout or c.number("timeout", TIMEOUT, (int, float)),
         agent_repeats=args.agent_repeats or c.number("agent.repeats", AGENT_REPEATS) or 1,
         needle_lengths=args.needle_lengths
-        or c.number("needle.lengths", needle.lengths_option, (str,))
-        or ",".join(needle.DEFAULT_LENGTHS),
+        or c.number("needle.lengths", lengths_option, (str,))
+        or ",".join(DEFAULT_LENGTHS),
         needle_depths=args.needle_depths
-        or c.number("needle.depths", needle.depths_option, (str,))
-        or ",".join(map(str, needle.DEFAULT_DEPTHS)),
+        or c.number("needle.depths", depths_option, (str,))
+        or ",".join(map(str, DEFAULT_DEPTHS)),
         bench_levels=args.bench_concurrency
         or c.number("bench.concurrency", BENCH_LEVELS, (list,))
         or [1, 32],
@@ -398,7 +406,7 @@ def make_plan(args: argparse.Namespace, cfg: dict[str, Any]) -> Plan:
             where = c.where("needle.calibrationCache")
             raise UsageError(f"{where} {plan.needle_cache}: {exc.strerror or exc}") from None
     levels = [f"c{n}" for n in plan.bench_levels]
-    expect_mod.check_levels(expect_mod.parse(plan.expect), levels)
+    thresholds.check_levels(thresholds.parse(plan.expect), levels)
     if "bench" not in plan.skip:  # what one level holds in memory: bench's own budgets
         check_budgets(_bench_options(plan, "http://127.0.0.1", None, None, None, quiet=True))
     return plan
@@ -411,7 +419,7 @@ def _bench_options(
         mode="sweep", base_url=root_url, model=model, api_key=api_key, ca_file=ca_file,
         levels=plan.bench_levels, warmup=Count(1, True), requests=Count.parse(plan.bench_requests),
         output_len=plan.bench_output_len, timeout=plan.timeout or 600.0, seed=0, progress=not quiet,
-        expectations=expect_mod.parse(plan.expect),
+        expectations=thresholds.parse(plan.expect),
     )  # fmt: skip
 
 
@@ -588,8 +596,8 @@ def _gates(
         if not mml:
             record(GateOutcome("needle", False, "the server reports no max_model_len", 0.0))
         else:
-            lengths = needle.parse_lengths(plan.needle_lengths, mml)
-            cases = needle.plan(lengths, needle.parse_depths(plan.needle_depths), needle.VARIANTS)
+            lengths = parse_lengths(plan.needle_lengths, mml)
+            cases = needle.plan(lengths, parse_depths(plan.needle_depths), needle.VARIANTS)
             nr = needle.run_battery(api, model, cases, Sampling(max_tokens=256), max_model_len=mml,
                                     cache=plan.needle_cache, quiet=quiet)  # fmt: skip
             longest = max(r.prompt_tokens or 0 for r in nr.results) if nr.results else 0

@@ -9,10 +9,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from vllm_station import bounded, output
+from vllm_station import bounded, output, thresholds
 from vllm_station import report as report_mod
 from vllm_station.batteries.classes import REQUEST_FAILED
-from vllm_station.commands.bench import expect as expect_mod
 from vllm_station.commands.bench.report import BenchReport
 from vllm_station.errors import StationError
 
@@ -195,7 +194,7 @@ def _outcome(r: dict[str, Any]) -> str:
 
 def _metric_of(expr: Any) -> str:
     try:
-        return expect_mod.parse_one(str(expr)).metric
+        return thresholds.parse_one(str(expr)).metric
     except StationError:
         return ""
 
