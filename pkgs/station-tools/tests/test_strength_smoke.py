@@ -40,7 +40,8 @@ from vllm_station.api.errors import (
 from vllm_station.api.models import ToolCall
 from vllm_station.api.urls import display_url
 from vllm_station.cli import main
-from vllm_station.commands.smoke import SmokeReport, configure, render
+from vllm_station.commands.smoke.cli import configure, render
+from vllm_station.commands.smoke.plan import SmokeReport
 
 FRAGMENTS = -(-len(WEATHER_ARGS) // 7)  # chat_chunks sends the arguments 7 characters at a time
 

@@ -62,7 +62,8 @@ from vllm_station.commands.bench.report import BenchReport
 from vllm_station.commands.bench.report import to_dict as bench_dict
 from vllm_station.commands.gates import agent, needle, tools
 from vllm_station.commands.gates.common import Sampling
-from vllm_station.commands.smoke import SmokeOptions, SmokeReport, run_smoke
+from vllm_station.commands.smoke.plan import Plan as SmokePlan
+from vllm_station.commands.smoke.plan import SmokeReport
 from vllm_station.errors import (
     EXIT_FAIL,
     EXIT_INTERRUPTED,
@@ -72,6 +73,7 @@ from vllm_station.errors import (
     Unreachable,
     UsageError,
 )
+from vllm_station.plans import Target
 
 SCHEMA_VERSION = 1
 GATES = ("smoke", "tools", "agent", "needle", "bench")
@@ -483,10 +485,7 @@ def run_golive(ep: Endpoint, plan: Plan, *, quiet: bool = False) -> tuple[Golive
     else:
         _say(quiet, "smoke …")
         try:
-            smoke = run_smoke(
-                SmokeOptions(base_url=ep.base_url, model=model, api_key=ep.api_key,
-                             timeout_s=plan.timeout or 120.0, ca_file=ep.ca_file)
-            )  # fmt: skip
+            smoke = SmokePlan(timeout=plan.timeout or 120.0).run(Target(ep, model))
         except KeyboardInterrupt:
             smoke = None
     stopped: str | None = None
