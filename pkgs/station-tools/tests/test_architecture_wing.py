@@ -6,8 +6,10 @@ The rules (docs/architecture.md), read from every module of the package with ast
 1. Every verb of `cli.COMMANDS` lives in the wing: `commands.<verb>` (a module or a package) or `sim`;
    everything under `commands/` is a verb of the table. The top level holds the entry points
    (`cli`, `entry`, `__main__`) and the layers.
-2. No verb imports another verb. The exceptions are the allow-list below, each with its reason; an entry
-   whose import is gone fails too, so the list only shrinks.
+2. No verb imports another verb, with one door: a verb that composes others (golive) imports their plan
+   modules, `commands.<verb>.plan`, and nothing else of theirs. A plan module runs its own verb's core: it
+   imports no other verb (not even a plan), no argparse and not its verb's CLI, and its package's
+   `__init__` imports nothing (going through the door loads the plan, not the verb). No allow-list.
 3. No layer imports a verb (no exceptions).
 4. No import cycle among the package's modules (every import counts, at any depth: a lazy import inside a
    function is still an arrow of the house).
@@ -30,25 +32,9 @@ ROOT = "vllm_station"
 ENTRY_POINTS = frozenset({"vllm_station.cli", "vllm_station.entry", "vllm_station.__main__"})
 SIM = "vllm_station.sim"
 
-# (importing verb, imported verb) -> why it may, for now. Each entry is a debt, named; the test below fails
-# when one is no longer used, and a new verb-to-verb arrow fails until it is listed here with its reason.
-ALLOWED_VERB_IMPORTS: dict[tuple[str, str], str] = {
-    ("golive", "smoke"): (
-        "golive composes smoke's core: SmokeOptions -> run_smoke -> SmokeReport, the first gate of its walk"
-    ),
-    ("golive", "gates"): (
-        "golive composes the gates' cores (tools/agent/needle run_battery, the case loaders, Sampling, "
-        "resolve_model, max_model_len)"
-    ),
-    ("golive", "bench"): (
-        "golive composes bench's core (BenchOptions, check_budgets, execute, BenchReport) and its page "
-        "draws bench's plots and --expect verdicts"
-    ),
-    ("probe", "smoke"): (
-        "the probe is smoke's get_weather check as a Prometheus textfile: the same request and judgement "
-        "(check_models, check_tool_call, error_kind, SEED, PASS/WARN/SKIP), by design one definition"
-    ),
-}
+PLAN = "plan"  # `commands.<verb>.plan`: the plan interface (vllm_station/plans.py), a verb's one door
+
+Graph = dict[str, set[tuple[int, str]]]
 
 
 def module_name(path: Path) -> str:
@@ -96,16 +82,33 @@ def verb_of(name: str) -> str | None:
     return None
 
 
-def graph() -> dict[str, set[tuple[int, str]]]:
+def graph() -> Graph:
     mods = modules()
     known = set(mods)
     return {name: set(imports(name, path, known)) for name, path in mods.items()}
 
 
-def verb_edges() -> dict[tuple[str, str], list[str]]:
-    """(importer verb, imported verb) -> where ("module:line -> module")."""
+def is_plan(name: str) -> bool:
+    """`vllm_station.commands.<verb>.plan`: the one module of a verb that another verb may import."""
+    parts = name.split(".")
+    return len(parts) == 4 and parts[:2] == [ROOT, "commands"] and parts[3] == PLAN
+
+
+def forbidden_verb_imports(g: Graph) -> dict[tuple[str, str], list[str]]:
+    """The arrows between two verbs that do not go through the door: to anything but the other verb's
+    plan module, or from a plan module (a plan runs its own verb's core; composing is the composer's)."""
     found: dict[tuple[str, str], list[str]] = {}
-    for name, targets in graph().items():
+    for pair, where in verb_edges(g).items():
+        bad = [w for w in where if is_plan(w.split(":")[0]) or not is_plan(w.rpartition(" -> ")[2])]
+        if bad:
+            found[pair] = bad
+    return found
+
+
+def verb_edges(g: Graph) -> dict[tuple[str, str], list[str]]:
+    """(importer verb, imported verb) -> where ("module:line -> module"), every arrow between two verbs."""
+    found: dict[tuple[str, str], list[str]] = {}
+    for name, targets in g.items():
         src = verb_of(name)
         for line, target in targets:
             dst = verb_of(target)
@@ -168,18 +171,77 @@ def test_the_package_readme_lists_every_verb() -> None:
 
 
 def test_no_verb_imports_another_verb() -> None:
-    found = verb_edges()
-    new = {pair: where for pair, where in found.items() if pair not in ALLOWED_VERB_IMPORTS}
-    assert not new, (
+    found = forbidden_verb_imports(graph())
+    assert not found, (
         "a verb imports another verb; move the shared piece down into a layer (api/, host/, checkpoint/, "
-        "output, …) or, for a composing verb, list it in ALLOWED_VERB_IMPORTS with its reason:\n"
-        + "\n".join(f"{a} -> {b}: {', '.join(w)}" for (a, b), w in sorted(new.items()))
+        "output, …), or, to compose verbs, go through their plan module (commands/<verb>/plan.py, "
+        "docs/architecture.md):\n"
+        + "\n".join(f"{a} -> {b}: {', '.join(w)}" for (a, b), w in sorted(found.items()))
     )
 
 
-def test_every_allowed_verb_import_is_still_used() -> None:
-    stale = set(ALLOWED_VERB_IMPORTS) - set(verb_edges())
-    assert not stale, f"allow-list entries no verb import needs any more (remove them): {sorted(stale)}"
+def test_the_door_is_the_plan_module_alone() -> None:
+    """The rule on a made-up house: the plan module is the door; any other module of a verb (its package
+    too) and a plan importing another verb's plan are arrows the rule refuses."""
+    g: Graph = {
+        f"{ROOT}.commands.golive.cli": {
+            (1, f"{ROOT}.commands.bench.plan"),
+            (2, f"{ROOT}.commands.bench.modes"),
+            (3, f"{ROOT}.commands.smoke.plan"),
+            (4, f"{ROOT}.commands.gates"),  # the package: its __init__, not the door
+        },
+        f"{ROOT}.commands.bench.plan": {(5, f"{ROOT}.commands.smoke.plan"), (6, f"{ROOT}.thresholds")},
+        f"{ROOT}.commands.probe": {(7, f"{ROOT}.api.checks")},
+        f"{ROOT}.commands.smoke.plan": {(8, f"{ROOT}.commands.smoke.cli")},
+    }
+    assert forbidden_verb_imports(g) == {
+        ("golive", "bench"): [f"{ROOT}.commands.golive.cli:2 -> {ROOT}.commands.bench.modes"],
+        ("golive", "gates"): [f"{ROOT}.commands.golive.cli:4 -> {ROOT}.commands.gates"],
+        ("bench", "smoke"): [f"{ROOT}.commands.bench.plan:5 -> {ROOT}.commands.smoke.plan"],
+    }
+    assert sorted(verb_edges(g)) == [("bench", "smoke"), ("golive", "bench"), ("golive", "gates"),
+                                     ("golive", "smoke")]  # fmt: skip
+
+
+def test_the_real_house_goes_through_the_door() -> None:
+    """What the rule lets through today: golive composes smoke, gates and bench, by their plans only."""
+    edges = verb_edges(graph())
+    assert sorted(edges) == [("golive", "bench"), ("golive", "gates"), ("golive", "smoke")]
+    assert {w.rpartition(" -> ")[2] for where in edges.values() for w in where} == {
+        f"{ROOT}.commands.{verb}.{PLAN}" for verb in ("bench", "gates", "smoke")
+    }
+
+
+def test_a_plan_module_is_only_a_plan() -> None:
+    """Each `commands/<verb>/plan.py`: no argparse, not its verb's CLI; its package's `__init__` imports
+    nothing; and it defines plans: frozen dataclasses naming their `gate`, with `run` and `verdict`."""
+    mods = modules()
+    g = graph()
+    plans = sorted(name for name in mods if is_plan(name))
+    assert plans, "no plan module found"
+    for name in plans:
+        package = name.rpartition(".")[0]
+        tree = ast.parse(mods[name].read_text(encoding="utf-8"))
+        imported = {t for _, t in g[name]} | {
+            alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names
+        }
+        assert "argparse" not in imported and f"{package}.cli" not in imported, name
+        init = ast.parse(mods[package].read_text(encoding="utf-8"))
+        assert not [n for n in ast.walk(init) if isinstance(n, ast.Import | ast.ImportFrom)], (
+            f"{package}/__init__.py imports: the door would load more than the plan"
+        )
+        kinds = [n for n in tree.body if isinstance(n, ast.ClassDef) and _is_plan_class(n)]
+        assert kinds, f"{name} defines no plan (a frozen dataclass with `gate`, `run` and `verdict`)"
+
+
+def _is_plan_class(node: ast.ClassDef) -> bool:
+    frozen = any(
+        isinstance(d, ast.Call) and any(k.arg == "frozen" for k in d.keywords) for d in node.decorator_list
+    )
+    names = {getattr(t, "name", "") for t in node.body} | {
+        t.target.id for t in node.body if isinstance(t, ast.AnnAssign) and isinstance(t.target, ast.Name)
+    }
+    return frozen and {"gate", "run", "verdict"} <= names
 
 
 def test_no_layer_imports_a_verb() -> None:

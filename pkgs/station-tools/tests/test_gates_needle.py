@@ -11,7 +11,7 @@ from simserver import SimServer
 
 from vllm_station.api import ApiClient
 from vllm_station.batteries import classes as C
-from vllm_station.batteries.needles import find_answer
+from vllm_station.batteries.needles import find_answer, parse_depths, parse_lengths
 from vllm_station.cli import main
 from vllm_station.commands.gates.common import Sampling
 from vllm_station.commands.gates.needle import (
@@ -19,8 +19,6 @@ from vllm_station.commands.gates.needle import (
     NeedleResult,
     PromptBuilder,
     classify,
-    parse_depths,
-    parse_lengths,
     plan,
     run_battery,
 )

@@ -19,6 +19,7 @@ import pytest
 from vllm_station.api import ApiClient
 from vllm_station.batteries import classes as C
 from vllm_station.batteries.cases import load_tool_cases
+from vllm_station.batteries.needles import parse_lengths
 from vllm_station.batteries.tasks import load_agent_tasks
 from vllm_station.commands.gates import agent, needle, tools
 from vllm_station.commands.gates.common import Sampling
@@ -88,7 +89,7 @@ def test_needle_mechanics_at_the_small_context(
     with ApiClient(srv.base_url, timeout=300) as api:
         mml = api.models()[0].max_model_len
         assert mml == 2048
-        cases = needle.plan(needle.parse_lengths(lengths, mml), [50], variants)
+        cases = needle.plan(parse_lengths(lengths, mml), [50], variants)
         rep = needle.run_battery(api, srv.served_name, cases, Sampling(max_tokens=32), max_model_len=mml,
                                  cache=tmp_path / "cal.json", quiet=True)  # fmt: skip
     _print(needle.render(rep))

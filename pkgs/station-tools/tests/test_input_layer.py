@@ -23,11 +23,11 @@ from simserver import SimServer
 
 from vllm_station import argtypes, bounded
 from vllm_station.api import ApiClient
+from vllm_station.api.served import MAX_CONTEXT, max_model_len
 from vllm_station.cli import main
 from vllm_station.commands.bench import expect
 from vllm_station.commands.bench.metrics import summarise_level
 from vllm_station.commands.bench.parse import RequestResult
-from vllm_station.commands.gates.common import MAX_CONTEXT, max_model_len
 from vllm_station.errors import UsageError
 from vllm_station.host.container import resolve_runtime
 from vllm_station.sim.config import SimConfig

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from vllm_station.api import ApiClient, collect_stream
-from vllm_station.commands.smoke import WEATHER_TOOL  # the models must handle the very tool smoke sends
+from vllm_station.api.checks import WEATHER_TOOL  # the models must handle the very tool smoke sends
 
 ASK_WEATHER = [{"role": "user", "content": "What is the weather in Paris?"}]
 

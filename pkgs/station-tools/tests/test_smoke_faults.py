@@ -31,8 +31,8 @@ from faultserver import (
     tool_call,
 )
 
+from vllm_station.api.checks import CHECKS
 from vllm_station.cli import main
-from vllm_station.commands.smoke import CHECKS
 
 SECRET = "sk-SENTINEL-4b1d-do-not-print"
 CHAT = ("POST", "/v1/chat/completions")

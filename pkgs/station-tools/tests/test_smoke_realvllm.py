@@ -17,8 +17,8 @@ import pytest
 from conftest import VllmServer
 from faultserver import free_port
 
+from vllm_station.api.checks import CHECKS
 from vllm_station.cli import main
-from vllm_station.commands.smoke import CHECKS
 
 pytestmark = pytest.mark.realvllm
 

@@ -22,7 +22,7 @@ from conftest import CACHE, VllmServer
 from test_smoke_realvllm import smoke_json
 
 from vllm_station.api import ApiClient, collect_stream
-from vllm_station.commands.smoke import CHECKS, WEATHER_MESSAGES, WEATHER_TOOL
+from vllm_station.api.checks import CHECKS, WEATHER_MESSAGES, WEATHER_TOOL
 
 pytestmark = pytest.mark.realvllm
 

@@ -15,6 +15,7 @@ from faultserver import FaultServer, Reply, Request, SseReply, chat_chunks
 from simserver import SimServer
 
 from vllm_station.api import ApiClient, ToolCall
+from vllm_station.batteries.needles import parse_depths, parse_lengths
 from vllm_station.commands.gates.common import Sampling
 from vllm_station.commands.gates.needle import (
     Needle,
@@ -22,8 +23,6 @@ from vllm_station.commands.gates.needle import (
     NeedleResult,
     _judge,
     classify,
-    parse_depths,
-    parse_lengths,
     plan,
     render,
     run_battery,

@@ -109,13 +109,19 @@ def test_unknown_gate_names_every_gate() -> None:
     assert str(err.value) == "--skip lint, x: the gates are smoke, tools, agent, needle, bench"
 
 
-def test_current_gate_is_the_first_without_an_outcome() -> None:
-    def o(name: str) -> GateOutcome:
-        return GateOutcome(name, True, "", 0.0)
-
-    assert golive._current_gate([]) == "smoke"
-    assert golive._current_gate([o("smoke"), o("tools")]) == "agent"
-    assert golive._current_gate([o(g) for g in ("smoke", "tools", "agent", "needle", "bench")]) == "bench"
+def test_the_walk_is_each_gates_own_plan_in_order() -> None:
+    """golive's plan becomes one plan per gate (each verb's own type): the order, and what each is handed."""
+    plans = golive.gate_plans(plan_of("--timeout", "30", "--agent-repeats", "2", "--needle-lengths", "10%",
+                                      "--bench-concurrency", "1,4", "--expect", "c4.tok_s>=5"))  # fmt: skip
+    assert [p.gate for p in plans] == ["smoke", "tools", "agent", "needle", "bench"]
+    _, tools, agent, needle, bench = plans
+    assert [p.timeout for p in plans] == [30, 30, 30, 30, 30]
+    assert (agent.repeats, needle.lengths, needle.depths) == (2, "10%", "0,50,100")
+    assert len(tools.cases) == 40 and agent.stream is True
+    assert (bench.levels, bench.requests, bench.output_len) == ((1, 4), "2x", 256)
+    assert bench.expect == ("c4.tok_s>=5", "failures==0")
+    # no --timeout: smoke's own 120 s, 600 s for the rest
+    assert [p.timeout for p in golive.gate_plans(plan_of())] == [120, 600, 600, 600, 600]
 
 
 def report(result: str, code: int, gates: list[GateOutcome], stopped: str | None = None) -> GoliveReport:

@@ -28,6 +28,7 @@ from faultserver import (
     tool_call,
 )
 
+from vllm_station.api.checks import CHECKS, CheckResult, error_kind, judge_tool_calls
 from vllm_station.api.errors import (
     ApiError,
     ApiTimeout,
@@ -39,15 +40,8 @@ from vllm_station.api.errors import (
 from vllm_station.api.models import ToolCall
 from vllm_station.api.urls import display_url
 from vllm_station.cli import main
-from vllm_station.commands.smoke import (
-    CHECKS,
-    CheckResult,
-    SmokeReport,
-    configure,
-    error_kind,
-    judge_tool_calls,
-    render,
-)
+from vllm_station.commands.smoke.cli import configure, render
+from vllm_station.commands.smoke.plan import SmokeReport
 
 FRAGMENTS = -(-len(WEATHER_ARGS) // 7)  # chat_chunks sends the arguments 7 characters at a time
 
@@ -242,7 +236,7 @@ def test_debug_log_of_the_tool_call_answer(
     srv.route("POST", "/v1/chat/completions",
               lambda req: Reply(json=answer) if req.json().get("tools") and not req.json().get("stream")
               else normal(req))  # fmt: skip
-    caplog.set_level(logging.DEBUG, logger="vllm_station.commands.smoke")
+    caplog.set_level(logging.DEBUG, logger="vllm_station.api.checks")
     smoke(capsys, srv.url)
     logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("tool_call answer: ")]
     assert logged == ["tool_call answer: " + json.dumps(answer)[:399] + "…"]

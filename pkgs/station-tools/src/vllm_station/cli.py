@@ -52,7 +52,7 @@ log = logging.getLogger("vllm_station")
 # subcommand -> module (under vllm_station: every verb in commands/, `simulate` in sim/) and one line of help.
 COMMANDS: dict[str, tuple[str, str]] = {
     "smoke": (
-        "commands.smoke",
+        "commands.smoke.cli",
         "go/no-go: model list, chat answer, get_weather tool call (plain and streamed)",
     ),
     "wait-ready": ("commands.wait_ready", "block until /health is 200 and a 1-token completion succeeds"),

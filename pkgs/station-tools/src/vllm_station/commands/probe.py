@@ -7,7 +7,8 @@ One user, two requests, in order:
    the inter-token latency and the decode rate one user sees, `(tokens − 1) / (last − first token)` — the
    figure behind the recipe's alert "token throughput below 100 tok/s for one user" (145.9 tok/s
    expected), independent of the probe's length — and the whole request's rate, `tokens / request time`;
-2. `station smoke`'s get_weather tool call (the same request and the same judgement).
+2. `station smoke`'s get_weather tool call (the same request and the same judgement: one definition,
+   `vllm_station.api.checks`).
 
 With `--textfile-dir` the figures replace `station-probe.prom` in node_exporter's textfile directory
 (atomically; see `vllm_station.textfile`), failures included: a failed generation exports
@@ -26,10 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vllm_station import argtypes, options, report, textfile
-from vllm_station.api import ApiClient, ApiError, ChatChunk, collect_stream
+from vllm_station.api import ApiClient, ApiError, ChatChunk, checks, collect_stream
 from vllm_station.api.args import add_endpoint_args, endpoint_from_args
 from vllm_station.api.urls import display_url
-from vllm_station.commands import smoke
 from vllm_station.errors import EXIT_FAIL, EXIT_OK, EXIT_UNREACHABLE, UsageError
 
 SCHEMA_VERSION = 1
@@ -63,13 +63,14 @@ def generate(api: ApiClient, model: str, max_tokens: int) -> tuple[ProbeReport, 
     t0 = time.perf_counter()
     chunks: list[ChatChunk] = []
     try:
+        extra = {"ignore_eos": True}
         for chunk in api.chat_stream(
-            model, MESSAGES, max_tokens=max_tokens, temperature=0, seed=smoke.SEED, extra={"ignore_eos": True}
+            model, MESSAGES, max_tokens=max_tokens, temperature=0, seed=checks.SEED, extra=extra
         ):
             chunks.append(chunk)
     except ApiError as err:
         rep = _report(api, model, max_tokens, time.perf_counter() - t0, False, f"generation failed: {err}")
-        return rep, smoke.error_kind(err)
+        return rep, checks.error_kind(err)
     duration = time.perf_counter() - t0
     result = collect_stream(chunks)
     texts = [c.elapsed_s for c in chunks if (c.content or "") + (c.reasoning_content or "")]
@@ -97,13 +98,13 @@ def _report(
 ) -> ProbeReport:
     return ProbeReport(
         SCHEMA_VERSION, display_url(api.api_url), model, max_tokens, ok, None, None, None, None, None,
-        round(duration, 4), reason, smoke.SKIP, "not run", EXIT_FAIL, time.time(),
+        round(duration, 4), reason, checks.SKIP, "not run", EXIT_FAIL, time.time(),
     )  # fmt: skip
 
 
 def run_probe(api: ApiClient, model: str | None, max_tokens: int, tool_choice: str | None) -> ProbeReport:
     """Both requests (the tool call skipped when `tool_choice` is None); never raises ApiError."""
-    models, found, stop = smoke.check_models(api, model)
+    models, found, stop = checks.check_models(api, model)
     if stop or found is None:
         rep = _report(api, model, max_tokens, models.latency_s or 0.0, False, f"models: {models.reason}")
         rep.exit_code = EXIT_UNREACHABLE if models.error == "unreachable" else stop or EXIT_FAIL
@@ -111,11 +112,11 @@ def run_probe(api: ApiClient, model: str | None, max_tokens: int, tool_choice: s
         return rep
     rep, error = generate(api, found, max_tokens)
     if tool_choice is not None and error != "unreachable":
-        tool, _ = smoke.check_tool_call(api, found, tool_choice)
+        tool, _ = checks.check_tool_call(api, found, tool_choice)
         rep.tool_call, rep.tool_call_reason = tool.result, tool.reason
     elif tool_choice is not None:
         rep.tool_call_reason = "not run: endpoint unreachable"
-    tool_ok = tool_choice is None or rep.tool_call in (smoke.PASS, smoke.WARN)
+    tool_ok = tool_choice is None or rep.tool_call in (checks.PASS, checks.WARN)
     if error == "unreachable":
         rep.exit_code = EXIT_UNREACHABLE
     else:
@@ -129,9 +130,8 @@ def families(rep: ProbeReport) -> list[textfile.Family]:
     def num(v: float | int | None) -> float:
         return math.nan if v is None else float(v)
 
-    tool = (
-        math.nan if rep.tool_call == smoke.SKIP else 1.0 if rep.tool_call in (smoke.PASS, smoke.WARN) else 0.0
-    )
+    passed = rep.tool_call in (checks.PASS, checks.WARN)
+    tool = math.nan if rep.tool_call == checks.SKIP else 1.0 if passed else 0.0
     return [
         F.one(
             "station_probe_success",

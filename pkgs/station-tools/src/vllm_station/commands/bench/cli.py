@@ -24,7 +24,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from vllm_station import argtypes, output
+from vllm_station import argtypes, output, thresholds
 from vllm_station import options as shared_options  # `options()` below builds BenchOptions
 from vllm_station.api.args import add_endpoint_args, endpoint_from_args
 from vllm_station.commands.bench import dataset, outputs
@@ -88,7 +88,7 @@ def _count(lo: int) -> Callable[[str], str]:
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.epilog = (expect_mod.__doc__ or "") + "\n" + (__doc__ or "").split("\n\n", 1)[1]
+    parser.epilog = (thresholds.__doc__ or "") + "\n" + (__doc__ or "").split("\n\n", 1)[1]
     parser.add_argument("mode", nargs="?", type=_mode, choices=MODES, default="sweep")
     add_endpoint_args(parser)
     shared_options.add_model(parser)

@@ -21,24 +21,22 @@ from typing import Any
 
 from vllm_station import argtypes, bounded, options, output, report
 from vllm_station.api.args import add_endpoint_args, endpoint_from_args
+from vllm_station.api.served import MAX_CONTEXT, resolve_model
 from vllm_station.batteries.cases import ToolCase, load_tool_cases
-from vllm_station.batteries.tasks import load_agent_tasks
-from vllm_station.commands.gates.agent import DEFAULT_MAX_TURNS
-from vllm_station.commands.gates.common import (
-    INTERRUPTED,
-    MAX_CONTEXT,
-    Sampling,
-    max_model_len,
-    resolve_model,
-)
-from vllm_station.commands.gates.needle import (
+from vllm_station.batteries.needles import (
     DEFAULT_DEPTHS,
     DEFAULT_LENGTHS,
-    VARIANTS,
     depths_option,
     lengths_option,
+    parse_depths,
 )
+from vllm_station.batteries.tasks import load_agent_tasks
+from vllm_station.commands.gates.agent import DEFAULT_MAX_TURNS
+from vllm_station.commands.gates.common import INTERRUPTED, Sampling
+from vllm_station.commands.gates.needle import VARIANTS
+from vllm_station.commands.gates.plan import AgentPlan, NeedlePlan, ToolsPlan
 from vllm_station.errors import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREACHABLE, UsageError
+from vllm_station.plans import Target
 
 MAX_TOKENS = 1_000_000
 
@@ -237,8 +235,16 @@ def _run_list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _target(args: argparse.Namespace) -> Target:
+    """The endpoint, and the model checked against /v1/models (`--model`, else the only one served)."""
+    ep = endpoint_from_args(args)
+    with ep.client(timeout=args.timeout) as api:
+        model = resolve_model(api, args.model)
+    return Target(ep, model, args.quiet)
+
+
 def _run_agent(args: argparse.Namespace) -> int:
-    from vllm_station.commands.gates.agent import render, run_battery
+    from vllm_station.commands.gates.agent import render
 
     tasks = load_agent_tasks(args.tasks, builtin=not args.no_builtin)
     if args.task:
@@ -246,61 +252,41 @@ def _run_agent(args: argparse.Namespace) -> int:
         if unknown:
             raise UsageError(f"--task {', '.join(unknown)}: no such task (see `station gates list`)")
         tasks = [t for t in tasks if t.id in args.task]
-    sampling = _sampling(args)
-    ep = endpoint_from_args(args)
-    with ep.client(timeout=args.timeout) as api:
-        model = resolve_model(api, args.model)
-        rep = run_battery(
-            api, model, tasks, sampling, repeats=args.repeats, stream=not args.no_stream,
-            max_turns=args.max_turns, quiet=args.quiet,
-        )  # fmt: skip
+    plan = AgentPlan(
+        tuple(tasks), _sampling(args), repeats=args.repeats, stream=not args.no_stream,
+        max_turns=args.max_turns, timeout=args.timeout,
+    )  # fmt: skip
+    rep = plan.run(_target(args))
     return _emit(rep, args, render(rep))
 
 
 def _run_tools(args: argparse.Namespace) -> int:
-    from vllm_station.commands.gates.tools import render, run_battery
+    from vllm_station.commands.gates.tools import render
 
-    cases = _tool_cases(args)
-    sampling = _sampling(args)
-    ep = endpoint_from_args(args)
-    with ep.client(timeout=args.timeout) as api:
-        model = resolve_model(api, args.model)
-        rep = run_battery(api, model, cases, sampling, quiet=args.quiet)
+    plan = ToolsPlan(tuple(_tool_cases(args)), _sampling(args), timeout=args.timeout)
+    rep = plan.run(_target(args))
     return _emit(rep, args, render(rep))
 
 
 def _run_needle(args: argparse.Namespace) -> int:
-    from vllm_station.commands.gates.needle import (
-        default_cache,
-        parse_depths,
-        parse_lengths,
-        plan,
-        render,
-        run_battery,
-    )
+    from vllm_station.commands.gates.needle import default_cache, render
 
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown or not variants:
         raise UsageError(f"--variants {args.variants!r}: choose from {', '.join(VARIANTS)}")
-    depths = parse_depths(args.depths)
-    sampling = _sampling(args)
+    parse_depths(args.depths)  # before any request
     cache = None if args.no_calibration_cache else (args.calibration_cache or default_cache())
     if cache is not None:
         try:
             bounded.check_regular_or_absent(cache)
         except OSError as exc:
             raise UsageError(f"--calibration-cache {cache}: {exc.strerror or exc}") from None
-    ep = endpoint_from_args(args)
-    with ep.client(timeout=args.timeout) as api:
-        model = resolve_model(api, args.model)
-        mml = args.max_model_len or max_model_len(api, model)
-        if mml is None:
-            raise UsageError("the server does not report max_model_len: pass --max-model-len")
-        cases = plan(parse_lengths(args.lengths, mml), depths, variants)
-        rep = run_battery(
-            api, model, cases, sampling, max_model_len=mml, cache=cache, seed=args.seed, quiet=args.quiet
-        )
+    plan = NeedlePlan(
+        lengths=args.lengths, depths=args.depths, variants=tuple(variants), sampling=_sampling(args),
+        timeout=args.timeout, max_model_len=args.max_model_len, cache=cache, seed=args.seed,
+    )  # fmt: skip
+    rep = plan.run(_target(args))
     return _emit(rep, args, render(rep))
 
 

@@ -22,39 +22,26 @@ Exit codes: 0 every gate held, 1 a gate failed, 2 usage (bad options or config f
 from __future__ import annotations
 
 import argparse
-import asyncio
 import socket
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from vllm_station import argtypes, bounded, options, output
+from vllm_station import argtypes, bounded, options, output, thresholds
 from vllm_station import report as report_mod
-from vllm_station.api import ApiClient, ApiError
+from vllm_station.api import ApiError
 from vllm_station.api.args import Endpoint, add_endpoint_args, endpoint_from_args
+from vllm_station.api.served import max_model_len, resolve_model
 from vllm_station.batteries.cases import load_tool_cases
+from vllm_station.batteries.needles import DEFAULT_DEPTHS, DEFAULT_LENGTHS, depths_option, lengths_option
 from vllm_station.batteries.tasks import load_agent_tasks
-from vllm_station.commands.bench import expect as expect_mod
-from vllm_station.commands.bench.modes import (
-    MAX_CONCURRENCY,
-    MAX_COUNT,
-    MAX_LEVELS,
-    MAX_OUTPUT_LEN,
-    MAX_PER_USER,
-    BenchOptions,
-    Count,
-    check_budgets,
-    execute,
-)
-from vllm_station.commands.bench.report import BenchReport
-from vllm_station.commands.bench.report import to_dict as bench_dict
-from vllm_station.commands.gates import agent, needle, tools
-from vllm_station.commands.gates.common import Sampling, max_model_len, resolve_model
-from vllm_station.commands.smoke import SmokeOptions, SmokeReport, run_smoke
+from vllm_station.commands.bench import plan as bench
+from vllm_station.commands.gates import plan as gates
+from vllm_station.commands.smoke import plan as smoke
 from vllm_station.errors import (
     EXIT_FAIL,
     EXIT_INTERRUPTED,
@@ -64,9 +51,12 @@ from vllm_station.errors import (
     Unreachable,
     UsageError,
 )
+from vllm_station.plans import INTERRUPTED, UNREACHABLE, CannotRun, Target
+from vllm_station.plans import Plan as GatePlan
 
 SCHEMA_VERSION = 1
-GATES = ("smoke", "tools", "agent", "needle", "bench")
+# The walk, in order: each gate is a verb's plan (vllm_station.plans), named by its plan.
+GATES = tuple(p.gate for p in (smoke.Plan, gates.ToolsPlan, gates.AgentPlan, gates.NeedlePlan, bench.Plan))
 REPORT_FILES = ("golive.json", "golive.html")
 ALWAYS_EXPECT = "failures==0"
 
@@ -97,10 +87,10 @@ class GoliveReport:
     stopped: str | None = None
 
 
-# The bench gate's ranges are bench's own (bench.modes); the config file's values go through the same types.
-BENCH_LEVELS = argtypes.int_list(MAX_CONCURRENCY, max_items=MAX_LEVELS)
-BENCH_REQUESTS = argtypes.request_count(lo=1, hi=MAX_COUNT, per_user_hi=MAX_PER_USER)
-BENCH_OUTPUT_LEN = argtypes.count(hi=MAX_OUTPUT_LEN)
+# The bench gate's ranges are bench's own (its plan's); the config file's values go through the same types.
+BENCH_LEVELS = argtypes.int_list(bench.MAX_CONCURRENCY, max_items=bench.MAX_LEVELS)
+BENCH_REQUESTS = argtypes.request_count(lo=1, hi=bench.MAX_COUNT, per_user_hi=bench.MAX_PER_USER)
+BENCH_OUTPUT_LEN = argtypes.count(hi=bench.MAX_OUTPUT_LEN)
 AGENT_REPEATS = argtypes.count(hi=100)
 TIMEOUT = argtypes.seconds(hi=argtypes.DAY)
 
@@ -139,13 +129,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--needle-lengths",
-        type=needle.lengths_option,
+        type=lengths_option,
         default=None,
         help="needle prompt lengths (default 25%%,50%%,90%%)",
     )
     parser.add_argument(
         "--needle-depths",
-        type=needle.depths_option,
+        type=depths_option,
         default=None,
         help="needle depths in percent (default 0,50,100)",
     )
@@ -154,14 +144,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         type=BENCH_LEVELS,
         default=None,
         metavar="LIST",
-        help=f"sweep levels, 1…{MAX_CONCURRENCY} each (default 1,32)",
+        help=f"sweep levels, 1…{bench.MAX_CONCURRENCY} each (default 1,32)",
     )
     parser.add_argument(
         "--bench-requests",
         type=BENCH_REQUESTS,
         default=None,
         metavar="N|Nx",
-        help=f"measured requests per level, 1…{MAX_COUNT} or 1x…{MAX_PER_USER}x (default 2x)",
+        help=f"measured requests per level, 1…{bench.MAX_COUNT} or 1x…{bench.MAX_PER_USER}x (default 2x)",
     )
     parser.add_argument(
         "--bench-output-len",
@@ -366,7 +356,7 @@ def make_plan(args: argparse.Namespace, cfg: dict[str, Any]) -> Plan:
     expect = [*c.texts("expect"), *args.expect]
     if ALWAYS_EXPECT not in expect:
         expect.append(ALWAYS_EXPECT)
-    expect_mod.parse(expect)  # a bad threshold is a usage error now, not after an hour of gates
+    thresholds.parse(expect)  # a bad threshold is a usage error now, not after an hour of gates
     out_dir = c.text("outDir")
     cache = c.text("needle.calibrationCache")
     requests = args.bench_requests or c.number("bench.requests", BENCH_REQUESTS, (str, int)) or "2x"
@@ -377,11 +367,11 @@ def make_plan(args: argparse.Namespace, cfg: dict[str, Any]) -> Plan:
         timeout=args.timeout or c.number("timeout", TIMEOUT, (int, float)),
         agent_repeats=args.agent_repeats or c.number("agent.repeats", AGENT_REPEATS) or 1,
         needle_lengths=args.needle_lengths
-        or c.number("needle.lengths", needle.lengths_option, (str,))
-        or ",".join(needle.DEFAULT_LENGTHS),
+        or c.number("needle.lengths", lengths_option, (str,))
+        or ",".join(DEFAULT_LENGTHS),
         needle_depths=args.needle_depths
-        or c.number("needle.depths", needle.depths_option, (str,))
-        or ",".join(map(str, needle.DEFAULT_DEPTHS)),
+        or c.number("needle.depths", depths_option, (str,))
+        or ",".join(map(str, DEFAULT_DEPTHS)),
         bench_levels=args.bench_concurrency
         or c.number("bench.concurrency", BENCH_LEVELS, (list,))
         or [1, 32],
@@ -397,22 +387,30 @@ def make_plan(args: argparse.Namespace, cfg: dict[str, Any]) -> Plan:
         except OSError as exc:
             where = c.where("needle.calibrationCache")
             raise UsageError(f"{where} {plan.needle_cache}: {exc.strerror or exc}") from None
-    levels = [f"c{n}" for n in plan.bench_levels]
-    expect_mod.check_levels(expect_mod.parse(plan.expect), levels)
+    bench_plan = _bench_plan(plan)
+    bench_plan.check_thresholds()  # every threshold's level is in the sweep
     if "bench" not in plan.skip:  # what one level holds in memory: bench's own budgets
-        check_budgets(_bench_options(plan, "http://127.0.0.1", None, None, None, quiet=True))
+        bench_plan.check()
     return plan
 
 
-def _bench_options(
-    plan: Plan, root_url: str, model: str | None, api_key: str | None, ca_file: str | None, *, quiet: bool
-) -> BenchOptions:
-    return BenchOptions(
-        mode="sweep", base_url=root_url, model=model, api_key=api_key, ca_file=ca_file,
-        levels=plan.bench_levels, warmup=Count(1, True), requests=Count.parse(plan.bench_requests),
-        output_len=plan.bench_output_len, timeout=plan.timeout or 600.0, seed=0, progress=not quiet,
-        expectations=expect_mod.parse(plan.expect),
+def _bench_plan(plan: Plan) -> bench.Plan:
+    return bench.Plan(
+        levels=tuple(plan.bench_levels), requests=plan.bench_requests, output_len=plan.bench_output_len,
+        timeout=plan.timeout or 600.0, expect=tuple(plan.expect),
     )  # fmt: skip
+
+
+def gate_plans(plan: Plan) -> list[GatePlan[Any]]:
+    """The walk: each gate's own plan, from golive's (a gate's default timeout where golive sets none)."""
+    timeout = plan.timeout or 600.0
+    return [
+        smoke.Plan(timeout=plan.timeout or 120.0),
+        gates.ToolsPlan(tuple(load_tool_cases()), timeout=timeout),
+        gates.AgentPlan(tuple(load_agent_tasks()), repeats=plan.agent_repeats, timeout=timeout),
+        gates.NeedlePlan(plan.needle_lengths, plan.needle_depths, timeout=timeout, cache=plan.needle_cache),
+        _bench_plan(plan),
+    ]
 
 
 def _say(quiet: bool, text: str) -> None:
@@ -431,13 +429,13 @@ def run(args: argparse.Namespace) -> int:
     if plan.out is not None:  # before the first gate, not after the last
         output.check_dir("--out", plan.out, files=REPORT_FILES)
     ep = endpoint_from_args(args)
-    rep, bench = run_golive(ep, plan, quiet=args.quiet)
+    rep, figures = run_golive(ep, plan, quiet=args.quiet)
     failed: output.OutputError | None = None
     if plan.out is not None:
         from vllm_station.commands.golive.page import write_report
 
         try:
-            for p in write_report(rep, plan.out, bench):
+            for p in write_report(rep, plan.out, figures):
                 _say(args.quiet, f"wrote {p}")
         except output.OutputError as err:  # the verdict is still printed, then this error
             failed = err
@@ -452,77 +450,74 @@ def run(args: argparse.Namespace) -> int:
     return rep.exit_code
 
 
-def run_golive(ep: Endpoint, plan: Plan, *, quiet: bool = False) -> tuple[GoliveReport, BenchReport | None]:
-    """Every gate of `plan` against `ep`: the report, and the bench gate's report object (for its plots)."""
+def run_golive(
+    ep: Endpoint, plan: Plan, *, quiet: bool = False
+) -> tuple[GoliveReport, dict[str, Callable[[Path], list[Path]]]]:
+    """Every gate of `plan` against `ep`, in one walk: the report, and the plots the gates offer (by gate:
+    each draws its PNGs into a directory, for the page).
+
+    Each gate is a verb's plan: run it, take its verdict, record it. Between smoke and the next gate,
+    golive's first contact: the model (smoke's, else the only one served), max_model_len and /version. A
+    server gone (at smoke, or any error that says so), Ctrl-C, or a gate that aborts (an error out of its
+    core) ends the walk, with the gates that finished in the report; a gate that cannot run against this
+    server (`CannotRun`) is recorded as not held, and the next one runs."""
     started = datetime.now(UTC).isoformat(timespec="seconds")
     outcomes: list[GateOutcome] = []
     server: dict[str, Any] = {}
-    model = plan.model
     station = {"host": socket.gethostname(), **plan.station}
-    stop = False
-    bench: list[BenchReport] = []
+    target = Target(ep, plan.model, quiet)
+    figures: dict[str, Callable[[Path], list[Path]]] = {}
+    stopped: str | None = None
+    unreachable = interrupted = contacted = False
 
     def record(o: GateOutcome) -> None:
         outcomes.append(o)
         state = "skipped" if o.held is None else ("held" if o.held else "FAILED")
         _say(quiet, f"{o.name}: {state} — {o.summary} ({o.seconds:.1f} s)")
 
-    # 1. smoke: also the first contact (an unreachable server ends the run here)
-    t0 = time.perf_counter()
-    smoke: SmokeReport | None = None
-    if "smoke" in plan.skip:
-        record(GateOutcome("smoke", None, "skipped", 0.0))
-    else:
-        _say(quiet, "smoke …")
+    for gate in gate_plans(plan):
+        name = gate.gate
+        t0 = time.perf_counter()
         try:
-            smoke = run_smoke(
-                SmokeOptions(base_url=ep.base_url, model=model, api_key=ep.api_key,
-                             timeout_s=plan.timeout or 120.0, ca_file=ep.ca_file)
-            )  # fmt: skip
-        except KeyboardInterrupt:
-            smoke = None
-    stopped: str | None = None
-    interrupted = False
-    if "smoke" not in plan.skip and smoke is None:
-        interrupted = True
-        stopped = "interrupted (Ctrl-C) during smoke"
-        record(GateOutcome("smoke", False, stopped, time.perf_counter() - t0))
-    elif "smoke" not in plan.skip and smoke is not None:
-        model = model or smoke.model
-        counts = {r: sum(c.result == r for c in smoke.checks) for r in ("pass", "warn", "fail", "skip")}
-        summary = ", ".join(f"{v} {k}" for k, v in counts.items() if v)
-        record(GateOutcome("smoke", smoke.exit_code == 0, summary, time.perf_counter() - t0,
-                           report_mod.to_jsonable(smoke)))  # fmt: skip
-        stop = smoke.exit_code == EXIT_UNREACHABLE
-        if stop:
-            stopped = "server fault: unreachable at smoke"
-    if not stop and not interrupted:
-        try:
-            with ep.client(timeout=plan.timeout or 600.0) as api:
-                model = resolve_model(api, model)
-                server["max_model_len"] = max_model_len(api, model)
-                try:
-                    server["version"] = api.get_json("/version", timeout=30)
-                except ApiError as err:
-                    server["version"] = {"error": str(err)}
-                bench += _gates(api, ep, model, plan, server, record, quiet)
-        except Unreachable as err:
-            record(GateOutcome("unreachable", False, str(err), 0.0))
-            stop = True
-            stopped = f"server fault: {err}"
+            if name != smoke.Plan.gate and not contacted:
+                contacted = True
+                target = _contact(target, plan, server)
+            if name in plan.skip:
+                record(GateOutcome(name, None, "skipped", 0.0))
+                continue
+            _say(quiet, f"{name} …")
+            t0 = time.perf_counter()
+            verdict = gate.verdict(gate.run(target))
+        except CannotRun as err:
+            record(GateOutcome(name, False, err.summary, 0.0))
+            continue
         except KeyboardInterrupt:  # the report keeps the gates that finished (exit 130)
             interrupted = True
-            stopped = f"interrupted (Ctrl-C) during {_current_gate(outcomes)}"
-            record(GateOutcome(_current_gate(outcomes), False, stopped, 0.0))
+            stopped = f"interrupted (Ctrl-C) during {name}"
+            record(GateOutcome(name, False, stopped, time.perf_counter() - t0))
+            break
+        except Unreachable as err:
+            unreachable = True
+            stopped = f"server fault: {err}"
+            record(GateOutcome("unreachable", False, str(err), 0.0))
+            break
         except StationError as err:  # a gate aborted: recorded, the report still written
-            stopped = f"{_current_gate(outcomes)} aborted: {err}"
-            record(GateOutcome(_current_gate(outcomes), False, stopped, 0.0))
-    if bench and bench[0].partial and stopped is None:  # bench's own Ctrl-C handling returned
-        interrupted = True
-        stopped = "interrupted (Ctrl-C) during bench"
+            stopped = f"{name} aborted: {err}"
+            record(GateOutcome(name, False, stopped, 0.0))
+            break
+        record(GateOutcome(name, verdict.held, verdict.summary, time.perf_counter() - t0, verdict.report))
+        if target.model is None and verdict.model is not None:
+            target = replace(target, model=verdict.model)
+        if verdict.figures is not None:
+            figures[name] = verdict.figures
+        if verdict.stop is not None:
+            stopped = verdict.stop.why
+            unreachable = verdict.stop.kind == UNREACHABLE
+            interrupted = verdict.stop.kind == INTERRUPTED
+            break
     held = [o.held for o in outcomes if o.held is not None]
-    ok = bool(held) and all(held) and not stop and stopped is None
-    code = EXIT_OK if ok else (EXIT_UNREACHABLE if stop else EXIT_FAIL)
+    ok = bool(held) and all(held) and stopped is None
+    code = EXIT_OK if ok else (EXIT_UNREACHABLE if unreachable else EXIT_FAIL)
     if interrupted:
         code = EXIT_INTERRUPTED
     rep = GoliveReport(
@@ -530,7 +525,7 @@ def run_golive(ep: Endpoint, plan: Plan, *, quiet: bool = False) -> tuple[Golive
         started_at=started,
         finished_at=datetime.now(UTC).isoformat(timespec="seconds"),
         base_url=ep.api_url,
-        model=model,
+        model=target.model,
         server=server,
         station=station,
         expect=plan.expect,
@@ -540,82 +535,20 @@ def run_golive(ep: Endpoint, plan: Plan, *, quiet: bool = False) -> tuple[Golive
         partial=stopped is not None,
         stopped=stopped,
     )
-    return rep, (bench[0] if bench else None)
+    return rep, figures
 
 
-def _current_gate(outcomes: list[GateOutcome]) -> str:
-    """The gate that was running: the first one without an outcome (gates run in `GATES` order)."""
-    done = {o.name for o in outcomes}
-    return next((g for g in GATES if g not in done), GATES[-1])
-
-
-def _gates(
-    api: ApiClient,
-    ep: Endpoint,
-    model: str,
-    plan: Plan,
-    server: dict[str, Any],
-    record: Callable[[GateOutcome], None],
-    quiet: bool,
-) -> list[BenchReport]:
-    """tools → agent → needle → bench; the bench report object when bench ran."""
-    sampling = Sampling()
-    if "tools" in plan.skip:
-        record(GateOutcome("tools", None, "skipped", 0.0))
-    else:
-        _say(quiet, "tools …")
-        t0 = time.perf_counter()
-        tr = tools.run_battery(api, model, load_tool_cases(), sampling, quiet=quiet)
-        record(GateOutcome("tools", tr.result == "pass", f"{tr.passed}/{tr.cases} cases",
-                           time.perf_counter() - t0, report_mod.to_jsonable(tr)))  # fmt: skip
-    if "agent" in plan.skip:
-        record(GateOutcome("agent", None, "skipped", 0.0))
-    else:
-        _say(quiet, "agent …")
-        t0 = time.perf_counter()
-        ar = agent.run_battery(
-            api, model, load_agent_tasks(), sampling, repeats=plan.agent_repeats, quiet=quiet
-        )
-        hats = ", ".join(f"{k} {v:.2f}" for k, v in ar.pass_hat.items())
-        record(GateOutcome("agent", ar.result == "pass", f"{ar.passed}/{ar.tasks} tasks ({hats})",
-                           time.perf_counter() - t0, report_mod.to_jsonable(ar)))  # fmt: skip
-    if "needle" in plan.skip:
-        record(GateOutcome("needle", None, "skipped", 0.0))
-    else:
-        _say(quiet, "needle …")
-        t0 = time.perf_counter()
-        mml = server.get("max_model_len")
-        if not mml:
-            record(GateOutcome("needle", False, "the server reports no max_model_len", 0.0))
-        else:
-            lengths = needle.parse_lengths(plan.needle_lengths, mml)
-            cases = needle.plan(lengths, needle.parse_depths(plan.needle_depths), needle.VARIANTS)
-            nr = needle.run_battery(api, model, cases, Sampling(max_tokens=256), max_model_len=mml,
-                                    cache=plan.needle_cache, quiet=quiet)  # fmt: skip
-            longest = max(r.prompt_tokens or 0 for r in nr.results) if nr.results else 0
-            walls = [
-                r.wall_s
-                for r in nr.results
-                if r.wall_s is not None and r.length == max(c.length for c in cases)
-            ]
-            wall = f", {min(walls):.1f}–{max(walls):.1f} s at {longest:,} tokens" if walls else ""
-            record(GateOutcome("needle", nr.result == "pass", f"{nr.passed}/{nr.cases} retrieved{wall}",
-                               time.perf_counter() - t0, report_mod.to_jsonable(nr)))  # fmt: skip
-    if "bench" in plan.skip:
-        record(GateOutcome("bench", None, "skipped", 0.0))
-        return []
-    _say(quiet, "bench …")
-    t0 = time.perf_counter()
-    opts = _bench_options(
-        plan, ep.root_url, model, ep.api_key, str(ep.ca_file) if ep.ca_file else None, quiet=quiet
-    )
-    br = asyncio.run(execute(opts))
-    missed = [e for e in br.expect if not e.passed]
-    summary = "; ".join(e.detail for e in br.expect) if br.expect else f"{br.failures} failures"
-    if missed:
-        summary = "not held: " + "; ".join(e.detail for e in missed)
-    record(GateOutcome("bench", br.passed, summary, time.perf_counter() - t0, bench_dict(br)))
-    return [br]
+def _contact(target: Target, plan: Plan, server: dict[str, Any]) -> Target:
+    """golive's first contact after smoke: the model the gates ask (smoke's, `--model`, else the only one
+    served), its max_model_len and the server's /version into `server`; the target with the model."""
+    with target.endpoint.client(timeout=plan.timeout or 600.0) as api:
+        model = resolve_model(api, target.model)
+        server["max_model_len"] = max_model_len(api, model)
+        try:
+            server["version"] = api.get_json("/version", timeout=30)
+        except ApiError as err:
+            server["version"] = {"error": str(err)}
+    return replace(target, model=model)
 
 
 def render(rep: GoliveReport) -> str:

@@ -6,15 +6,17 @@ import base64
 import html
 import json
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from vllm_station import bounded, output
+from vllm_station import bounded, output, thresholds
 from vllm_station import report as report_mod
 from vllm_station.batteries.classes import REQUEST_FAILED
-from vllm_station.commands.bench import expect as expect_mod
-from vllm_station.commands.bench.report import BenchReport
 from vllm_station.errors import StationError
+
+# A gate's plots: draws its PNGs into a directory, returns their paths (`plans.Verdict.figures`).
+Figures = Callable[[Path], list[Path]]
 
 _CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222}
@@ -113,14 +115,12 @@ def _needle_plot(rep: dict[str, Any]) -> str:
     return out
 
 
-def _bench_plots(bench: BenchReport | None) -> str:
-    """bench's own PNG plots, inlined."""
-    if bench is None:
+def _plots(figures: Figures | None) -> str:
+    """A gate's own PNG plots (bench's), inlined."""
+    if figures is None:
         return ""
-    from vllm_station.commands.bench.plots import write_plots
-
     with tempfile.TemporaryDirectory() as tmp:
-        paths = write_plots(bench, Path(tmp))
+        paths = figures(Path(tmp))
         return "".join(_img(bounded.read_bytes(p, limit=bounded.CONFIG_LIMIT), p.name) for p in paths)
 
 
@@ -195,7 +195,7 @@ def _outcome(r: dict[str, Any]) -> str:
 
 def _metric_of(expr: Any) -> str:
     try:
-        return expect_mod.parse_one(str(expr)).metric
+        return thresholds.parse_one(str(expr)).metric
     except StationError:
         return ""
 
@@ -221,7 +221,7 @@ def _failed(level: dict[str, Any]) -> str:
     return _e(f"{total} ({detail})" if total else "0")
 
 
-def _bench_section(rep: dict[str, Any], bench: BenchReport | None) -> str:
+def _bench_section(rep: dict[str, Any], figures: Figures | None) -> str:
     rows = [
         [_e(e["expr"]), _e(e["level"]), _num(e["value"], *_metric_unit(_metric_of(e["expr"]))),
          _state(e["passed"])]
@@ -235,7 +235,7 @@ def _bench_section(rep: dict[str, Any], bench: BenchReport | None) -> str:
     return (
         _table(["threshold", "level", "value", "result"], rows)
         + _table(["level", "ok", "tok/s (mean)", "TTFT median (s)", "failed"], levels)
-        + _bench_plots(bench)
+        + _plots(figures)
     )
 
 
@@ -276,8 +276,8 @@ def _rows(rows: list[tuple[str, str]]) -> str:
     return "<table>" + "".join(f"<tr><th>{_e(k)}</th><td>{v}</td></tr>" for k, v in rows) + "</table>"
 
 
-def to_html(rep: Any, bench: BenchReport | None = None) -> str:
-    """The report as one HTML page; `bench` (the bench gate's report object) adds bench's plots."""
+def to_html(rep: Any, figures: dict[str, Figures] | None = None) -> str:
+    """The report as one HTML page; `figures` (by gate: what the gate's verdict offers) adds its plots."""
     data = report_mod.to_jsonable(rep)
     gates = data["gates"]
     summary = _table(
@@ -315,7 +315,7 @@ def to_html(rep: Any, bench: BenchReport | None = None) -> str:
     for g in gates:
         if not isinstance(g.get("report"), dict):
             continue
-        body = _bench_section(g["report"], bench) if g["name"] == "bench" else None
+        body = _bench_section(g["report"], (figures or {}).get("bench")) if g["name"] == "bench" else None
         if g["name"] in SECTIONS:
             body = SECTIONS[g["name"]](g["report"])
         if body is not None:
@@ -324,11 +324,11 @@ def to_html(rep: Any, bench: BenchReport | None = None) -> str:
     return "\n".join(parts)
 
 
-def write_report(rep: Any, out_dir: Path, bench: BenchReport | None = None) -> list[Path]:
+def write_report(rep: Any, out_dir: Path, figures: dict[str, Figures] | None = None) -> list[Path]:
     """golive.json and golive.html in `out_dir` (created), through `vllm_station.output` (redacted).
 
     The JSON is written first: a page that cannot be drawn still leaves the report (then: OutputError)."""
     output.make_dir("--out", out_dir)
     js = output.write_json(out_dir / "golive.json", rep, option="--out")
-    page = output.write_text(out_dir / "golive.html", to_html(rep, bench), option="--out")
+    page = output.write_text(out_dir / "golive.html", to_html(rep, figures), option="--out")
     return [js, page]
