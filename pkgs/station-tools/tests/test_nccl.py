@@ -18,7 +18,8 @@ import pytest
 
 from vllm_station.cli import main
 from vllm_station.commands import nccl
-from vllm_station.commands.nccl import Status, Transport, classify
+from vllm_station.commands.nccl import Transport, classify
+from vllm_station.status import Status
 
 DATA = Path(__file__).parent / "data" / "nccl"
 STATION = [sys.executable, "-m", "vllm_station"]

@@ -19,7 +19,8 @@ import pytest
 from vllm_station.checkpoint.stamp import STAMP_NAME
 from vllm_station.cli import main
 from vllm_station.commands import weights
-from vllm_station.commands.weights import Status, checkpoint_size, scan
+from vllm_station.commands.weights import checkpoint_size, scan
+from vllm_station.status import Status
 
 # literals, never the tested module's own constants (tests/test_architecture_literals.py)
 GiB = 2**30

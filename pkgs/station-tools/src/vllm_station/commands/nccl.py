@@ -42,18 +42,12 @@ from vllm_station import argtypes, bounded, options, polling, textfile
 from vllm_station.errors import EXIT_FAIL, EXIT_OK, EXIT_PENDING, UsageError
 from vllm_station.host.journal import decode, read_log_file, read_unit
 from vllm_station.report import dump_json
+from vllm_station.status import Status
 
 log = logging.getLogger(__name__)
 
 SOCKET_FALLBACK = "socket fallback: the pair would serve ~10× slower"
 MAX_EVIDENCE = 12
-
-
-class Status(enum.StrEnum):
-    PASS = "PASS"
-    WARN = "WARN"
-    FAIL = "FAIL"
-    PENDING = "PENDING"
 
 
 class Transport(enum.StrEnum):

@@ -33,7 +33,6 @@ The assessment (`Scanner`, `assess`) is pure: lines and a checkpoint size in, `W
 from __future__ import annotations
 
 import argparse
-import enum
 import re
 import sys
 import time
@@ -46,22 +45,13 @@ from vllm_station.checkpoint.stamp import STAMP_NAME, StampError, StampMissing, 
 from vllm_station.errors import EXIT_FAIL, EXIT_OK, EXIT_PENDING, UsageError
 from vllm_station.host.journal import read_log_file, read_unit
 from vllm_station.report import dump_json, table
+from vllm_station.status import Status, worst
 
 GiB = 1024**3
 WHOLE_MODEL_FRACTION = 0.90  # a rank with this much of the whole checkpoint: TP did not split it
 SHARE_TOLERANCE = 0.30  # a rank further than this from checkpoint / TP: a skewed split
 WEIGHT_SUFFIX = ".safetensors"
 
-
-class Status(enum.StrEnum):
-    PASS = "PASS"
-    WARN = "WARN"
-    FAIL = "FAIL"
-    SKIP = "SKIP"  # vLLM's CPU build: it logs no weight memory
-    PENDING = "PENDING"
-
-
-_ORDER = [Status.PASS, Status.SKIP, Status.WARN, Status.FAIL]
 
 # --- vLLM's line formats (vLLM 0.32.0; docs/weights-check.md names the source of each) -------------
 
@@ -284,7 +274,7 @@ def _judge(load: RankLoad, ckpt: CheckpointSize, tp: int, expected: int) -> None
         load.status = Status.PASS
         load.note = f"{what}, {_pct(of_share)} of its expected share {_gib(expected)}"
     if load.tp_rank is not None and load.tp_rank >= tp:
-        load.status = max(load.status, Status.WARN, key=_ORDER.index)
+        load.status = worst([load.status, Status.WARN])
         load.note += f"; its TP rank {load.tp_rank} does not exist with --tensor-parallel-size {tp}"
 
 
@@ -338,8 +328,8 @@ def assess(scanner: Scanner, ckpt: CheckpointSize, tp: int, source: str) -> Weig
             "node (its local first rank), so each station's journal shows its own rank"
         )
     statuses = [r.status for r in measured if r.status is not None]
-    status = max(statuses, key=_ORDER.index) if statuses else Status.SKIP
-    worst = [r for r in measured if r.status is status]
+    status = worst(statuses)  # SKIP: none measured (vLLM's CPU build logs no weight memory)
+    judged = [r for r in measured if r.status is status]
     if status is Status.SKIP:
         secs = next((r.weights_seconds for r in loads if r.weights_seconds is not None), 0.0)
         summary = (
@@ -355,13 +345,13 @@ def assess(scanner: Scanner, ckpt: CheckpointSize, tp: int, source: str) -> Weig
         )
         fix = None
     elif status is Status.WARN:
-        summary = "; ".join(r.note for r in worst)
+        summary = "; ".join(r.note for r in judged)
         fix = (
             "compare with the other station's `station weights-check`; a checkpoint other than the verified "
             "one, another quantization, or extra layers loaded (MTP/draft) change the figure"
         )
     else:
-        summary = "; ".join(r.note for r in worst)
+        summary = "; ".join(r.note for r in judged)
         fix = (
             f"start vLLM with --tensor-parallel-size {tp} across both stations (the engine line "
             "'tensor_parallel_size=' in the log says what it ran with); `station preflight --only "

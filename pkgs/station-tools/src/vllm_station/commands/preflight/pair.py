@@ -44,10 +44,10 @@ from vllm_station.commands.preflight.core import (
     GiB,
     PairConfig,
     SkipCheck,
-    Status,
     check,
 )
 from vllm_station.host.nvml import GpuProcess, NvmlUnavailable
+from vllm_station.status import Status
 
 EXPECTED_MTU = 9000
 PEER_CONNECT_TIMEOUT_S = 2.0
