@@ -478,20 +478,20 @@ def poll(
     sleep: Callable[[float], None] = time.sleep,
 ) -> NcclReport:
     """Read and classify; with `wait`, re-read every `interval` s until the verdict is final or time is up."""
-    last: list[NcclReport] = []  # the latest report only
 
-    def probe(_tick: polling.Tick) -> NcclReport | None:
+    def reading() -> NcclReport:
         text, label = read()
-        last[:] = [classify(text, label, require_gdr=require_gdr)]
-        return last[0] if wait is None or last[0].final else None
+        return classify(text, label, require_gdr=require_gdr)
 
-    polled = polling.poll(probe, timeout_s=wait or 0.0, interval_s=interval, clock=clock, sleep=sleep)
-    return polled.value if polled.value is not None else _timed_out(last[0], wait)
+    latest = polling.poll_latest(
+        reading, final=lambda r: r.final, wait_s=wait, interval_s=interval, clock=clock, sleep=sleep
+    )
+    return _timed_out(latest.value, latest.wait_s) if latest.timed_out else latest.value
 
 
-def _timed_out(report: NcclReport, wait: float | None) -> NcclReport:
-    if report.status is Status.PENDING:
-        report.summary = f"still pending after {wait:g} s: {report.summary}"
+def _timed_out(report: NcclReport, wait: float) -> NcclReport:
+    if report.status is Status.PENDING:  # a PASS/WARN without "Connected all rings" stays as it is
+        report.summary = polling.still_pending(report.summary, wait)
     return report
 
 

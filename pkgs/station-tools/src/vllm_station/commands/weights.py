@@ -390,18 +390,17 @@ def poll(
     sleep: Callable[[float], None] = time.sleep,
 ) -> WeightsReport:
     """Read and assess; with `wait`, re-read every `interval` s until a verdict or the time is up."""
-    last: list[WeightsReport] = []
 
-    def probe(_tick: polling.Tick) -> WeightsReport | None:
+    def reading() -> WeightsReport:
         text, label = read()
-        last[:] = [scan(text, ckpt, tp, label)]
-        return last[0] if wait is None or last[0].final else None
+        return scan(text, ckpt, tp, label)
 
-    polled = polling.poll(probe, timeout_s=wait or 0.0, interval_s=interval, clock=clock, sleep=sleep)
-    if polled.value is not None:
-        return polled.value
-    report = last[0]
-    report.summary = f"still pending after {wait:g} s: {report.summary}"
+    latest = polling.poll_latest(
+        reading, final=lambda r: r.final, wait_s=wait, interval_s=interval, clock=clock, sleep=sleep
+    )
+    report = latest.value
+    if latest.timed_out:
+        report.summary = polling.still_pending(report.summary, latest.wait_s)
     return report
 
 
