@@ -123,11 +123,10 @@ def test_every_http_verb_has_the_endpoint_vocabulary() -> None:
             if "--base-url" in {o for a in parser._actions for o in a.option_strings}]  # fmt: skip
     names = {p for p, _ in http}
     assert {"smoke", "probe", "wait-ready", "bench", "watchdog", "golive", "gates tools"} <= names
-    no_json_yet = {"wait-ready"}  # a unit's start step: its exit code is its report (strict, as above)
     for path, parser in http:
         opts = {o for a in parser._actions for o in a.option_strings}
         missing = {"--api-key-file", "--ca-file", "--model", "--json"} - opts
-        assert missing == ({"--json"} if path in no_json_yet else set()), f"{path}: no {sorted(missing)}"
+        assert missing == set(), f"{path}: no {sorted(missing)}"
 
 
 def test_json_is_a_switch_and_bench_says_so() -> None:
