@@ -19,7 +19,8 @@ The vocabulary (docs/architecture.md has the table):
 `--model NAME`     the served model (default: what /v1/models lists)
 `--timeout S`      seconds (what they bound is said in each verb's help; the type and range are here)
 `--json`           a switch: the report as JSON on stdout. Never a file name.
-`--output FILE`    the JSON report, also written to FILE
+`--output FILE`    the JSON report, also written to FILE; in a verb that exists to write a file (`gateway
+                   keys`), that file
 `--out DIR`        a directory of report files (golive)
 `--quiet`          no progress lines on stderr (`--no-progress`: a hidden alias)
 `--debug`          debug log on stderr (the `station` parser's, for every verb)
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from typing import Any
 
 from vllm_station import argtypes, output
@@ -53,6 +55,7 @@ MODEL_HELP = "served model name (default: the model /v1/models lists)"
 MODEL_FROM_CONFIG_HELP = "served model name (default: --config's model, else the model /v1/models lists)"
 QUIET_HELP = "no progress lines on stderr"
 OUTPUT_HELP = "also write the JSON report to this file"
+OUTPUT_WHAT_HELP = "write {what} to this file"  # a verb that exists to write a file (gateway keys)
 TIMEOUT_METAVAR = "S"
 
 
@@ -126,15 +129,51 @@ def add_json(parser: argparse.ArgumentParser, *, what: str = "the report") -> No
     )
 
 
-def add_output(parser: argparse.ArgumentParser) -> None:
-    """--output FILE: the JSON report, also written to a file (checked when parsed, written by
-    `vllm_station.output`)."""
+def add_output(
+    parser: argparse._ActionsContainer,
+    *,
+    what: str | None = None,
+    required: bool = False,
+    replaced: bool = False,
+    old_name: str | None = None,
+) -> None:
+    """--output FILE: a file the verb writes (checked when parsed, written by `vllm_station.output`). By
+    default the JSON report, also written to a file; `what` names another file a verb exists to write
+    (`gateway keys`: "the key map"). `replaced`: the file is replaced whole (a device node is refused).
+    `old_name` (`--out`): the verb's old name of the option, kept hidden, saying on stderr that it is."""
+    kind = output.out_file(replaced=replaced)
+    help_text = OUTPUT_HELP if what is None else OUTPUT_WHAT_HELP.format(what=what)
+    if old_name is not None:
+        # one of the two is required: the group's error names --output (the old name is hidden)
+        group = parser.add_mutually_exclusive_group(required=required)
+        group.add_argument(
+            old_name, dest="output", type=kind, metavar="FILE", action=_OldName, help=argparse.SUPPRESS
+        )
+        parser, required = group, False
     _tag(
         parser.add_argument(
-            "--output", type=output.out_file(), metavar="FILE", default=None, help=OUTPUT_HELP
+            "--output", type=kind, metavar="FILE", default=None, required=required, help=help_text
         ),
         "--output",
     )
+
+
+class _OldName(argparse.Action):
+    """An option's old name: stores as the new one does, and says so on stderr (once a release)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        print(
+            f"{parser.prog}: {option_string} is the old name of --output (deprecated: it goes in a later "
+            "release; write --output)",
+            file=sys.stderr,
+        )
+        setattr(namespace, self.dest, values)
 
 
 def add_quiet(parser: argparse.ArgumentParser) -> None:
