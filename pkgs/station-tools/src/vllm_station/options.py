@@ -26,6 +26,9 @@ The vocabulary (docs/architecture.md has the table):
 `--debug`          debug log on stderr (the `station` parser's, for every verb)
 =================  ==========================================================================================
 
+The verbs that judge a log (nccl-check, weights-check) share `add_log_source` (--unit/--log),
+`add_log_wait` (--wait/--interval) and `add_all_invocations`; `host.journal.log_reader` reads what they name.
+
 Every option made here is tagged (`SHARED_ATTR` on its argparse action): tests/test_options_vocabulary.py
 walks every verb's parser and fails on a shared name not made here, or made with another default, type
 or help.
@@ -182,4 +185,43 @@ def add_quiet(parser: argparse.ArgumentParser) -> None:
     _tag(
         parser.add_argument("--no-progress", dest="quiet", action="store_true", help=argparse.SUPPRESS),
         "--quiet",
+    )
+
+
+# ---- the verbs that judge a log (nccl-check, weights-check): where it is, and how long to wait --------
+
+
+def add_log_source(container: argparse._ActionsContainer) -> None:
+    """--unit UNIT (the journal of a systemd unit) or --log FILE; in a verb's mutually exclusive group
+    when it makes them one choice."""
+    container.add_argument(
+        "--unit",
+        type=argtypes.unit_name,
+        metavar="UNIT",
+        help="read the journal of this systemd unit (current start)",
+    )
+    container.add_argument("--log", metavar="FILE", help="read this log file (e.g. a saved container log)")
+
+
+def add_log_wait(parser: argparse.ArgumentParser, *, until: str) -> None:
+    """--wait SECONDS (poll `until` … or the time is up) and --interval between the polls."""
+    parser.add_argument(
+        "--wait",
+        type=argtypes.seconds(zero_ok=True),
+        metavar="SECONDS",
+        help=f"poll until {until} or the time is up",
+    )
+    parser.add_argument(
+        "--interval",
+        type=argtypes.seconds(hi=3600),
+        default=5.0,
+        help="seconds between polls with --wait (5)",
+    )
+
+
+def add_all_invocations(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--all-invocations",
+        action="store_true",
+        help="with --unit: read the unit's whole journal, not the current start",
     )

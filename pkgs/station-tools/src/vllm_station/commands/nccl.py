@@ -38,9 +38,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from vllm_station import argtypes, bounded, options, polling, textfile
+from vllm_station import bounded, options, polling, textfile
 from vllm_station.errors import EXIT_FAIL, EXIT_OK, EXIT_PENDING, UsageError
-from vllm_station.host.journal import decode, read_log_file, read_unit
+from vllm_station.host.journal import decode, log_reader
 from vllm_station.report import dump_json
 from vllm_station.status import Status
 
@@ -553,25 +553,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "See docs/nccl-check.md."
     )
     parser.add_argument("source", nargs="?", metavar="-", help="read the log from stdin")
-    parser.add_argument(
-        "--unit",
-        type=argtypes.unit_name,
-        metavar="UNIT",
-        help="read the journal of this systemd unit (current start)",
-    )
-    parser.add_argument("--log", metavar="FILE", help="read this log file (e.g. a saved container log)")
-    parser.add_argument(
-        "--wait",
-        type=argtypes.seconds(zero_ok=True),
-        metavar="SECONDS",
-        help="poll until the verdict is final (a FAIL, or PASS/WARN with 'Connected all rings') "
-        "or the time is up",
-    )
-    parser.add_argument(
-        "--interval",
-        type=argtypes.seconds(hi=3600),
-        default=5.0,
-        help="seconds between polls with --wait (5)",
+    options.add_log_source(parser)
+    options.add_log_wait(
+        parser, until="the verdict is final (a FAIL, or PASS/WARN with 'Connected all rings')"
     )
     parser.add_argument(
         "--require-gdr",
@@ -583,11 +567,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="no transport line yet (after --wait) exits 0 with a WARN line instead of 4",
     )
-    parser.add_argument(
-        "--all-invocations",
-        action="store_true",
-        help="with --unit: read the unit's whole journal, not the current start",
-    )
+    options.add_all_invocations(parser)
     options.add_json(parser)
 
 
@@ -596,18 +576,9 @@ def run(args: argparse.Namespace) -> int:
     if opts.stdin:
         report = stream(sys.stdin.buffer, opts.wait, opts.require_gdr)
     else:
-        if opts.unit is not None:
-            unit = opts.unit
-
-            def read() -> tuple[str, str]:
-                return read_unit(unit, opts.all_invocations, command="nccl-check", stdin=True)
-        else:
-            assert opts.log_file is not None
-            path = opts.log_file
-
-            def read() -> tuple[str, str]:
-                return read_log_file(path), f"file {path}"
-
+        read = log_reader(
+            opts.unit, opts.log_file, all_invocations=opts.all_invocations, command="nccl-check", stdin=True
+        )
         report = poll(read, opts.wait, opts.interval, opts.require_gdr)
     if report.status is Status.PENDING and opts.pending_ok:
         report.exit_code = EXIT_OK

@@ -43,7 +43,7 @@ from pathlib import Path
 from vllm_station import argtypes, options, polling
 from vllm_station.checkpoint.stamp import STAMP_NAME, StampError, StampMissing, read_stamp
 from vllm_station.errors import EXIT_FAIL, EXIT_OK, EXIT_PENDING, UsageError
-from vllm_station.host.journal import read_log_file, read_unit
+from vllm_station.host.journal import log_reader
 from vllm_station.report import dump_json, table
 from vllm_station.status import Status, worst
 
@@ -413,14 +413,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "the whole model: tensor parallelism not applied); 2 bad arguments or no checkpoint size; 3 the "
         "log could not be read; 4 PENDING (no model-loading line yet). See docs/weights-check.md."
     )
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument(
-        "--unit",
-        type=argtypes.unit_name,
-        metavar="UNIT",
-        help="read the journal of this systemd unit (current start)",
-    )
-    source.add_argument("--log", metavar="FILE", help="read this log file (e.g. a saved container log)")
+    options.add_log_source(parser.add_mutually_exclusive_group(required=True))
     parser.add_argument(
         "--checkpoint",
         required=True,
@@ -434,23 +427,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="the TP size vLLM runs with (2 for the pair): each rank's expected share is checkpoint / N",
     )
-    parser.add_argument(
-        "--wait",
-        type=argtypes.seconds(zero_ok=True),
-        metavar="SECONDS",
-        help="poll until the model-loading line appears or the time is up",
-    )
-    parser.add_argument(
-        "--interval",
-        type=argtypes.seconds(hi=3600),
-        default=5.0,
-        help="seconds between polls with --wait (5)",
-    )
-    parser.add_argument(
-        "--all-invocations",
-        action="store_true",
-        help="with --unit: read the unit's whole journal, not the current start",
-    )
+    options.add_log_wait(parser, until="the model-loading line appears")
+    options.add_all_invocations(parser)
     options.add_json(parser)
 
 
@@ -462,17 +440,8 @@ def run(args: argparse.Namespace) -> int:
         polling.check_seconds("--wait", args.wait, zero_ok=True)
     polling.check_seconds("--interval", args.interval)
     ckpt = checkpoint_size(Path(args.checkpoint))
-    if args.unit is not None:
-        unit = args.unit
-
-        def read() -> tuple[str, str]:
-            return read_unit(unit, args.all_invocations, command="weights-check")
-    else:
-        path = Path(args.log)
-
-        def read() -> tuple[str, str]:
-            return read_log_file(path), f"file {path}"
-
+    log_file = Path(args.log) if args.log is not None else None
+    read = log_reader(args.unit, log_file, all_invocations=args.all_invocations, command="weights-check")
     report = poll(read, ckpt, tp, args.wait, args.interval)
     if args.json:
         dump_json(report)
