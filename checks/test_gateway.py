@@ -167,7 +167,7 @@ def test_keys_unit_runs_before_nginx_with_credentials_only(env: Env) -> None:
     ]
     argv = exec_argv(unit)
     assert argv[1:7] == [
-        "gateway", "keys", "--out", "/run/vllm-station-gateway/keys.map",
+        "gateway", "keys", "--output", "/run/vllm-station-gateway/keys.map",
         "--upstream-out", "/run/vllm-station-gateway/upstream-authorization.map",
     ]  # fmt: skip
     assert (

@@ -408,7 +408,7 @@ let
       station
       "gateway"
       "keys"
-      "--out"
+      "--output"
       keysMap
       "--upstream-out"
       upstreamAuthMap

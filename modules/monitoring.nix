@@ -95,10 +95,14 @@ let
     "watchdog"
     "--base-url"
     baseUrl
-    "--unit"
-    servingUnit
-    "--systemctl"
-    (lib.getExe' config.systemd.package "systemctl")
+  ]
+  # A wedge restart kills the container once systemd has the restart: the unit's graceful stop would
+  # wait out vLLM's --shutdown-timeout for requests a wedged engine never finishes.
+  ++ unit.restartArgs {
+    systemd = config.systemd.package;
+    runtime = serve.preflight.settings.runtime or null;
+  }
+  ++ [
     "--interval"
     (toString cfg.watchdog.interval)
     "--probe-timeout"
@@ -124,14 +128,6 @@ let
     pairWorker.url
     "--pair-wait"
     (toString pairWorker.timeout)
-  ]
-  # A wedge restart kills the container once systemd has the restart: the unit's graceful stop would
-  # wait out vLLM's --shutdown-timeout for requests a wedged engine never finishes.
-  ++ optionals (serve.preflight.settings.runtime or null != null) [
-    "--runtime"
-    serve.preflight.settings.runtime
-    "--container"
-    contract.unit
   ];
 
   gatewayOn = config.services.vllm-station.gateway.enable or false;
@@ -335,38 +331,39 @@ in
       };
     };
 
-    watchdog = {
-      enable = mkOption {
-        type = types.bool;
-        default = !serve.headless;
-        defaultText = literalExpression "!config.services.vllm-station.serve.headless";
-        description = ''
-          Not on a headless pair worker (no API: the head's watchdog restarts the pair, the worker's
-          `vllm-station-pair-rejoin` unit its own side).
-          Run `station watchdog`: restart the serving unit (through systemd, so the start limit counts it)
-          after `wedgeVerdicts` looks in a row that find the 1-token probe failing and vLLM's /metrics
-          without progress. A slow probe during a long prefill is not a wedge: the KV cache still moves.
-        '';
+    watchdog =
+      let
+        looks = unit.restarterOptions {
+          interval = 30;
+          intervalDescription = "Seconds between looks.";
+          verdicts = 3;
+          verdictsDescription = ''
+            Consecutive wedge verdicts that restart the unit. A wedge is restarted within
+            `wedgeVerdicts × interval + probeTimeout` seconds (110 s with the defaults).
+          '';
+        };
+      in
+      {
+        enable = mkOption {
+          type = types.bool;
+          default = !serve.headless;
+          defaultText = literalExpression "!config.services.vllm-station.serve.headless";
+          description = ''
+            Not on a headless pair worker (no API: the head's watchdog restarts the pair, the worker's
+            `vllm-station-pair-rejoin` unit its own side).
+            Run `station watchdog`: restart the serving unit (through systemd, so the start limit counts it)
+            after `wedgeVerdicts` looks in a row that find the 1-token probe failing and vLLM's /metrics
+            without progress. A slow probe during a long prefill is not a wedge: the KV cache still moves.
+          '';
+        };
+        inherit (looks) interval;
+        probeTimeout = mkOption {
+          type = types.ints.between 1 3600;
+          default = 20;
+          description = "Deadline of the 1-token probe (seconds, at most `interval`).";
+        };
+        wedgeVerdicts = looks.verdicts;
       };
-      interval = mkOption {
-        type = types.ints.between 1 3600;
-        default = 30;
-        description = "Seconds between looks.";
-      };
-      probeTimeout = mkOption {
-        type = types.ints.between 1 3600;
-        default = 20;
-        description = "Deadline of the 1-token probe (seconds, at most `interval`).";
-      };
-      wedgeVerdicts = mkOption {
-        type = types.ints.between 1 100;
-        default = 3;
-        description = ''
-          Consecutive wedge verdicts that restart the unit. A wedge is restarted within
-          `wedgeVerdicts × interval + probeTimeout` seconds (110 s with the defaults).
-        '';
-      };
-    };
 
     dcgm = {
       enable = mkEnableOption ''
@@ -577,23 +574,13 @@ in
 
     (mkIf cfg.watchdog.enable {
       services.vllm-station.secrets.units = keySecrets watchdogUnit;
-      systemd.services.${watchdogUnit} = {
+      # root, bounded restarts, the textfile directory (as the probe's): modules/lib/unit.nix's restarter
+      systemd.services.${watchdogUnit} = unit.restarter {
         description = "vllm-station watchdog: restarts a wedged vLLM engine through systemd";
-        wantedBy = [ "multi-user.target" ];
+        execStart = watchdogArgs;
         after = [ servingUnit ] ++ keyCheck watchdogUnit;
         requires = keyCheck watchdogUnit;
-        # A watchdog that keeps failing stays failed (and node_exporter shows it) instead of looping.
-        startLimitBurst = 5;
-        startLimitIntervalSec = 600;
-        serviceConfig =
-          hardening.for [ ]
-          // {
-            ExecStart = utils.escapeSystemdExecArgs watchdogArgs;
-            # root (no DynamicUser): restarting a unit is a call to the system manager that only root may make
-            ReadWritePaths = [ "-${textfileDir}" ]; # as the probe's
-            Restart = "on-failure";
-            RestartSec = 10;
-          };
+        inherit textfileDir;
       };
     })
 

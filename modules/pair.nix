@@ -47,6 +47,7 @@ let
   serve = top.serve;
   contract = import ./lib/contract.nix;
   hardening = import ./lib/hardening.nix;
+  unit = import ./lib/unit.nix { inherit lib utils; };
   # The beacon runs `station` through the serving unit's stable link (contract.stationAt; serve.nix's
   # header), not the store path: a new package would restart it on switch, and the worker's beacon,
   # stopped while its serving unit is active, waits `headStopWaitSeconds` for a head that keeps running.
@@ -133,10 +134,13 @@ let
       headAddress
       "--master-port"
       (toString cfg.masterPort)
-      "--unit"
-      "${contract.unit}.service"
-      "--systemctl"
-      (lib.getExe' config.systemd.package "systemctl")
+    ]
+    # An engine in a dead session finishes nothing: the container is killed after the restart's request.
+    ++ unit.restartArgs {
+      inherit runtime;
+      systemd = config.systemd.package;
+    }
+    ++ [
       "--interval"
       (toString cfg.rejoin.interval)
       "--verdicts"
@@ -146,13 +150,6 @@ let
     ++ lib.optionals monitored [
       "--textfile-dir"
       contract.textfileDir
-    ]
-    # An engine in a dead session finishes nothing: the container is killed after the restart's request.
-    ++ lib.optionals (runtime != null) [
-      "--runtime"
-      runtime
-      "--container"
-      contract.unit
     ];
   rejoining = !isHead && cfg.rejoin.enable;
   monitored = top.monitoring.enable or false;
@@ -406,16 +403,12 @@ in
           worker must be restarted by hand before the head can start.
         '';
       };
-      interval = mkOption {
-        type = types.ints.between 1 3600;
-        default = 10;
-        description = "Seconds between the rejoin loop's looks.";
-      };
-      verdicts = mkOption {
-        type = types.ints.between 1 100;
-        default = 3;
-        description = "Consecutive looks that find the session over (and the head down) before the restart.";
-      };
+    }
+    // unit.restarterOptions {
+      interval = 10;
+      intervalDescription = "Seconds between the rejoin loop's looks.";
+      verdicts = 3;
+      verdictsDescription = "Consecutive looks that find the session over (and the head down) before the restart.";
     };
 
     checkpointShare = {
@@ -591,23 +584,13 @@ in
       };
     };
 
-    systemd.services.${contract.rejoinUnit} = mkIf rejoining {
+    # root, bounded restarts, the textfile directory (with monitoring): modules/lib/unit.nix's restarter
+    systemd.services.${contract.rejoinUnit} = mkIf rejoining (unit.restarter {
       description = "vllm-station pair: restart the worker once its session with the head is over and the head is down";
-      wantedBy = [ "multi-user.target" ];
+      execStart = rejoinArgs;
       after = [ "${contract.unit}.service" ];
-      # A rejoin loop that keeps failing stays failed (node_exporter shows it) instead of looping.
-      startLimitBurst = 5;
-      startLimitIntervalSec = 600;
-      serviceConfig = hardening.for [ ] // {
-        Type = "exec";
-        ExecStart = utils.escapeSystemdExecArgs rejoinArgs;
-        # `-`: the textfile directory exists only with monitoring on (its tmpfiles rule)
-        ReadWritePaths = lib.optional monitored "-${contract.textfileDir}";
-        # root (no DynamicUser): restarting a unit is a call to the system manager that only root may make
-        Restart = "on-failure";
-        RestartSec = 10;
-      };
-    };
+      textfileDir = if monitored then contract.textfileDir else null;
+    });
 
     environment.etc."${lib.removePrefix "/etc/" contract.shareConfig}" = mkIf sharing { text = shareConfig; };
 

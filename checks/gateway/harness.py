@@ -377,14 +377,9 @@ class Gateway:
     def __exit__(self, *exc: object) -> None:
         if self.proc is None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=10)
+        from vllm_station.process import stop_session
+
+        stop_session(self.proc)  # nginx's master and its workers: one process group (as SimProcess's)
         self.proc = None
 
     def client(self, key: str | None = None, **kw: Any) -> httpx.Client:

@@ -221,7 +221,7 @@ let
         "/nix/store/00000000000000000000000000000000-vllm-station/bin/station"
         "gateway"
         "keys"
-        "--out"
+        "--output"
         "/run/vllm-station-gateway/keys.map"
         "--upstream-out"
         "/run/vllm-station-gateway/upstream-authorization.map"

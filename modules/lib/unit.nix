@@ -2,7 +2,8 @@
 # which systemd reads as root at each start into the unit's private credentials directory, `%d`), the
 # Exec arguments that name them, and the wiring of vLLM's own key (`serve.apiKeyFile`) into a unit that
 # talks to vLLM. Modules call these; none writes `%d/` or `isSecretPath` itself
-# (checks/test_module_seams.py keeps it so).
+# (checks/test_module_seams.py keeps it so). Also the shape of a unit that restarts the serving unit
+# through systemd (`restarter`: the watchdog's, the pair worker's rejoin loop), written once.
 #
 #   unit = import ./lib/unit.nix { inherit lib utils; };
 #   key = unit.vllmApiKey serve "vllm-station-probe";
@@ -11,6 +12,7 @@
 { lib, utils }:
 let
   contract = import ./contract.nix;
+  hardening = import ./hardening.nix;
 
   # What may stand around `%d` in an argument quoted by hand: no quote, backslash, `$`, `%` or space
   # to escape (credential names and gateway key names are checked by their modules too).
@@ -86,4 +88,78 @@ rec {
       secrets = lib.optionalAttrs on { ${unitName} = secretFiles; };
       checkUnits = lib.optionals on [ (contract.secretsCheckUnit unitName) ];
     };
+
+  # A long-running unit that restarts the serving unit through systemd when its verdict says so (the
+  # watchdog's wedge, the pair worker's rejoin): the module that owns it declares it
+  # (`systemd.services.<its name> = unit.restarter { … }`), this is its shape, written once.
+  #   execStart     the `station <verb>` argument list (escaped here)
+  #   textfileDir   writable where it exists (`-`: the directory comes with monitoring), or null
+  #   after, requires  ordering and requirements besides the defaults
+  # root (no DynamicUser): restarting a unit is a call to the system manager that only root may make. A
+  # loop that keeps failing stays failed (node_exporter shows it) instead of looping: 5 starts in 10 min.
+  restarter =
+    {
+      description,
+      execStart,
+      textfileDir ? null,
+      after ? [ ],
+      requires ? [ ],
+    }:
+    {
+      inherit description after requires;
+      wantedBy = [ "multi-user.target" ];
+      startLimitBurst = 5;
+      startLimitIntervalSec = 600;
+      serviceConfig = hardening.for [ ] // {
+        Type = "exec";
+        ExecStart = utils.escapeSystemdExecArgs execStart;
+        ReadWritePaths = lib.optional (textfileDir != null) "-${textfileDir}";
+        Restart = "on-failure";
+        RestartSec = 10;
+      };
+    };
+
+  # Its cadence as options, one type and range each (the watchdog's `interval` and `wedgeVerdicts`, the
+  # rejoin loop's `interval` and `verdicts`): seconds between its looks, and the verdicts in a row that
+  # restart; the defaults and descriptions are the module's.
+  restarterOptions =
+    {
+      interval,
+      verdicts,
+      intervalDescription,
+      verdictsDescription,
+    }:
+    {
+      interval = lib.mkOption {
+        type = lib.types.ints.between 1 3600;
+        default = interval;
+        description = intervalDescription;
+      };
+      verdicts = lib.mkOption {
+        type = lib.types.ints.between 1 100;
+        default = verdicts;
+        description = verdictsDescription;
+      };
+    };
+
+  # How such a unit restarts the serving unit (its `station` verb's arguments): the unit, this system's
+  # systemctl, and with a container runtime the container it kills once systemd has the restart (a
+  # graceful stop would wait out vLLM's --shutdown-timeout for requests a stuck engine never finishes).
+  restartArgs =
+    {
+      systemd,
+      runtime ? null,
+    }:
+    [
+      "--unit"
+      "${contract.unit}.service"
+      "--systemctl"
+      (lib.getExe' systemd "systemctl")
+    ]
+    ++ lib.optionals (runtime != null) [
+      "--runtime"
+      runtime
+      "--container"
+      contract.unit
+    ];
 }

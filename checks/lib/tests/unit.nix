@@ -1,5 +1,6 @@
 # modules/lib/unit.nix: the one helper for credentials (`LoadCredential=`, `%d/…` arguments), vLLM's key
-# in a unit that sends it, and the test of a secret's path.
+# in a unit that sends it, the test of a secret's path, and the shape of a unit that restarts the serving
+# unit (the watchdog's, the pair's rejoin).
 { lib, h }:
 let
   unit = import ../../../modules/lib/unit.nix {
@@ -19,6 +20,21 @@ let
     (unit.credentialArg { })
   ];
   throwsOn = value: !(builtins.tryEval (builtins.deepSeq value true)).success;
+  restarter = unit.restarter {
+    description = "restarts";
+    execStart = [
+      "/bin/station"
+      "watchdog"
+      "100%"
+    ];
+    textfileDir = "/var/lib/prometheus-node-exporter-text";
+    after = [ "vllm-station.service" ];
+    requires = [ "vllm-station-secrets@x.service" ];
+  };
+  bare = unit.restarter {
+    description = "restarts";
+    execStart = [ "/bin/station" ];
+  };
 in
 {
   # `%d` once (systemd expands it), every other `%` doubled as escapeSystemdExecArgs does.
@@ -76,5 +92,53 @@ in
     ++ h.ok "relative: refused" (!unit.isSecretPath "secrets/k")
     ++ h.ok "in the store: refused" (!unit.isSecretPath "${builtins.storeDir}/abc-k")
     ++ h.ok "a sibling of the store's name is not the store" (unit.isSecretPath "${builtins.storeDir}x/k")
+  );
+
+  # The watchdog and the pair's rejoin: root, the base sandbox, bounded restarts, declared by their modules.
+  restarter-shape = h.check [ ] (
+    _:
+    h.eq "root: no DynamicUser, no User" [ (restarter.serviceConfig.DynamicUser or false) (restarter.serviceConfig ? User) ] [ false false ]
+    ++ h.eq "the base sandbox" (removeAttrs restarter.serviceConfig [ "Type" "ExecStart" "ReadWritePaths" "Restart" "RestartSec" ]) (import ../../../modules/lib/hardening.nix).base
+    ++ h.eq "ExecStart escaped" restarter.serviceConfig.ExecStart ''"/bin/station" "watchdog" "100%%"''
+    ++ h.eq "bounded restarts" [ restarter.startLimitBurst restarter.startLimitIntervalSec restarter.serviceConfig.Restart restarter.serviceConfig.RestartSec ] [ 5 600 "on-failure" 10 ]
+    ++ h.eq "the textfile directory where it exists" restarter.serviceConfig.ReadWritePaths [ "-/var/lib/prometheus-node-exporter-text" ]
+    ++ h.eq "no textfile directory: none" bare.serviceConfig.ReadWritePaths [ ]
+    ++ h.eq "ordering and requirements given" [ restarter.after restarter.requires restarter.wantedBy ] [ [ "vllm-station.service" ] [ "vllm-station-secrets@x.service" ] [ "multi-user.target" ] ]
+    ++ h.eq "none given: none" [ bare.after bare.requires ] [ [ ] [ ] ]
+    ++ h.eq "Type exec: a start that cannot exec fails the start" restarter.serviceConfig.Type "exec"
+  );
+
+  restarter-options = h.check [ ] (
+    _:
+    let
+      o = unit.restarterOptions {
+        interval = 30;
+        intervalDescription = "i";
+        verdicts = 3;
+        verdictsDescription = "v";
+      };
+    in
+    h.eq "defaults and descriptions: the module's" [ o.interval.default o.verdicts.default o.verdicts.description ] [ 30 3 "v" ]
+    ++ h.eq "interval: 1 to 3600 s" (map o.interval.type.check [ 0 1 3600 3601 ]) [ false true true false ]
+    ++ h.eq "verdicts: 1 to 100" (map o.verdicts.type.check [ 0 1 100 101 ]) [ false true true false ]
+  );
+
+  restart-args = h.check [ ] (
+    _:
+    h.eq "the serving unit, this system's systemctl" (unit.restartArgs { systemd = h.fake.systemd; }) [
+      "--unit"
+      "vllm-station.service"
+      "--systemctl"
+      "${h.fake.systemd}/bin/systemctl"
+    ]
+    ++ h.eq "a runtime: the container it kills" (lib.drop 4 (unit.restartArgs {
+      systemd = h.fake.systemd;
+      runtime = "/bin/docker";
+    })) [
+      "--runtime"
+      "/bin/docker"
+      "--container"
+      "vllm-station"
+    ]
   );
 }

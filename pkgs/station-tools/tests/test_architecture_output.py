@@ -207,7 +207,7 @@ def _output_options() -> Iterator[tuple[str, argparse.Action]]:
 def test_every_output_option_is_checked_when_parsed() -> None:
     """`output.out_file`/`out_dir` as the argparse type: a bad path is exit 2 before the command runs."""
     found = dict(_output_options())
-    assert {"bench --output", "gates tools --output", "golive --out", "gateway keys --out"} <= set(found)
+    assert {"bench --output", "gates tools --output", "golive --out", "gateway keys --output"} <= set(found)
     plain = [name for name, action in found.items()
              if not isinstance(action.type, output.OutPath) and name not in PLAIN_OUTPUT_OPTIONS]  # fmt: skip
     assert not plain, f"output options without output.out_file/out_dir as their type: {plain}"
@@ -226,7 +226,8 @@ def test_an_output_option_is_refused_at_parse_time(tmp_path: Path) -> None:
         ["gates", "agent", "--output", str(fifo)],
         ["golive", "--out", str(tmp_path / "a-file" / "out"), "--base-url", "http://127.0.0.1:9"],
         ["bench", "sweep", "--output", str(tmp_path / "nodir" / "r.json")],
-        ["gateway", "keys", "--out", "/dev/null", "--upstream-out", str(tmp_path / "u")],
+        ["gateway", "keys", "--output", "/dev/null", "--upstream-out", str(tmp_path / "u")],
+        ["gateway", "keys", "--out", "/dev/null", "--upstream-out", str(tmp_path / "u")],  # the old name
     ):
         r = subprocess.run([sys.executable, "-m", "vllm_station", *argv], capture_output=True, text=True,
                            timeout=60)  # fmt: skip

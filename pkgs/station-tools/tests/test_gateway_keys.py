@@ -88,7 +88,7 @@ def files(tmp_path: Path) -> dict[str, Path]:
 
 def outputs(f: dict[str, Path]) -> list[str]:
     f["out"].parent.mkdir(exist_ok=True)
-    return ["--out", str(f["out"]), "--upstream-out", str(f["upstream_out"])]
+    return ["--output", str(f["out"]), "--upstream-out", str(f["upstream_out"])]
 
 
 def test_writes_both_maps_private_and_names_only(station: Callable[..., Run], files: dict[str, Path]) -> None:
@@ -214,11 +214,31 @@ def test_unwritable_output_is_exit_2_before_any_work(
     station: Callable[..., Run], files: dict[str, Path], tmp_path: Path
 ) -> None:
     """The output paths are checked when parsed (vllm_station.output): nothing is read or written."""
-    r = station("--out", str(tmp_path / "missing" / "keys.map"), "--upstream-out", str(tmp_path / "u.map"),
+    r = station("--output", str(tmp_path / "missing" / "keys.map"), "--upstream-out", str(tmp_path / "u.map"),
                 "--key", f"bob={files['bob']}")  # fmt: skip
     assert r.returncode == 2
-    assert "argument --out:" in r.stderr and "missing does not exist" in r.stderr
+    assert "argument --output:" in r.stderr and "missing does not exist" in r.stderr
     assert not (tmp_path / "u.map").exists()
+
+
+def test_out_is_the_old_name_of_output(station: Callable[..., Run], files: dict[str, Path]) -> None:
+    """`--out FILE` (the units of the last release) writes the same map, and says on stderr that the name
+    is old; the help shows --output only; neither, or both, is a usage error naming --output."""
+    assert station(*outputs(files), "--key", f"bob={files['bob']}").returncode == 0
+    new_map = files["out"].read_text()
+    files["out"].unlink()
+    old = station("--out", str(files["out"]), "--upstream-out", str(files["upstream_out"]),
+                  "--key", f"bob={files['bob']}")  # fmt: skip
+    assert old.returncode == 0, old.stderr
+    assert files["out"].read_text() == new_map
+    assert "station gateway keys: --out is the old name of --output (deprecated" in old.stderr
+    assert "old name" not in station(*outputs(files), "--key", f"bob={files['bob']}").stderr
+    helped = station("--help")
+    assert "--output FILE" in helped.stdout and "--out " not in helped.stdout
+    neither = station("--upstream-out", str(files["upstream_out"]), "--key", f"bob={files['bob']}")
+    assert neither.returncode == 2 and "one of the arguments --output is required" in neither.stderr
+    both = station(*outputs(files), "--out", str(files["out"]), "--key", f"bob={files['bob']}")
+    assert both.returncode == 2 and "not allowed with argument" in both.stderr
 
 
 def test_key_entry_is_a_plain_escaped_source() -> None:
@@ -252,7 +272,7 @@ def nginx_with_maps(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     upstream = write(tmp / "upstream", UPSTREAM + "\n")
     keys_map, upstream_map = tmp / "keys.map", tmp / "upstream.map"
     r = subprocess.run(
-        [sys.executable, "-m", "vllm_station", "gateway", "keys", "--out", str(keys_map),
+        [sys.executable, "-m", "vllm_station", "gateway", "keys", "--output", str(keys_map),
          "--upstream-out", str(upstream_map), "--key", f"alice={alice}", "--key", f"bob={bob}",
          "--upstream-key-file", str(upstream)],
         capture_output=True, text=True, timeout=60, check=False,

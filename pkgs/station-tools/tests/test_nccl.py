@@ -7,18 +7,19 @@ from __future__ import annotations
 import json
 import os
 import random
-import stat
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
+import fakejournal
 import pytest
 
 from vllm_station.cli import main
 from vllm_station.commands import nccl
-from vllm_station.commands.nccl import Status, Transport, classify
+from vllm_station.commands.nccl import Transport, classify
+from vllm_station.status import Status
 
 DATA = Path(__file__).parent / "data" / "nccl"
 STATION = [sys.executable, "-m", "vllm_station"]
@@ -283,35 +284,9 @@ def test_stdin_subprocess() -> None:
 
 # --- --unit through a journalctl stand-in ------------------------------------------------------------
 
-FAKE_TOOL = """#!{python}
-import os, sys
-with open(os.environ["FAKE_CALLS"], "a") as f:
-    f.write(os.path.basename(sys.argv[0]) + " " + " ".join(sys.argv[1:]) + "\\n")
-name = os.path.basename(sys.argv[0])
-if name == "systemctl":
-    print("InvocationID=" + os.environ.get("FAKE_INVOCATION", ""))
-    print("LoadState=" + os.environ.get("FAKE_LOADSTATE", "loaded"))
-    sys.exit(0)
-if os.environ.get("FAKE_DENIED"):
-    sys.stderr.write("Hint: You are currently not seeing messages from other users and the system.\\n")
-with open(os.environ["FAKE_JOURNAL"], "rb") as f:
-    sys.stdout.buffer.write(f.read())
-"""
-
-
 @pytest.fixture
 def fake_bin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    for name in ("journalctl", "systemctl"):
-        path = bindir / name
-        path.write_text(FAKE_TOOL.format(python=sys.executable))
-        path.chmod(path.stat().st_mode | stat.S_IXUSR)
-    calls = tmp_path / "calls.log"
-    calls.write_text("")
-    monkeypatch.setenv("PATH", str(bindir))
-    monkeypatch.setenv("FAKE_CALLS", str(calls))
-    return bindir
+    return fakejournal.install(tmp_path, monkeypatch)
 
 
 def test_unit_reads_the_current_invocation(

@@ -193,7 +193,8 @@ def test_gpu_check_skip_names_the_paths(tmp_path: Path, monkeypatch: pytest.Monk
     from preflight_config import make_config
     from sysfs_fixtures import gb300_root
 
-    from vllm_station.commands.preflight.core import Context, Status, run_checks
+    from vllm_station.commands.preflight.core import Context, run_checks
+    from vllm_station.status import Status
 
     monkeypatch.setenv(LIBRARY_ENV, str(tmp_path / "nope.so"))
     (result,) = run_checks(Context(root=gb300_root(tmp_path / "root"), config=make_config()), ["gpu"])

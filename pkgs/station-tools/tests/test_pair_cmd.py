@@ -25,7 +25,7 @@ import pytest
 
 from vllm_station.cli import main
 from vllm_station.errors import UsageError
-from vllm_station.polling import Tick, poll
+from vllm_station.polling import Latest, Tick, poll, poll_latest, still_pending
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -521,6 +521,32 @@ def test_poll_returns_the_first_value_and_zero_timeout_is_one_try() -> None:
     assert polled.value == "up" and polled.attempts == 3 and clock.sleeps == [5, 5]
     once = poll(lambda _t: None, timeout_s=0, interval_s=5, clock=clock, sleep=clock.sleep)
     assert once.attempts == 1 and once.value is None
+
+
+def test_poll_latest_keeps_the_last_reading_final_or_not() -> None:
+    """nccl-check's and weights-check's --wait: re-read until final; at the deadline the last reading,
+    marked timed out; no wait: one reading, whatever it is."""
+    clock = FakeClock()
+    readings = iter(["a", "b", "done", "never"])
+    latest = poll_latest(
+        lambda: next(readings), final=lambda r: r == "done", wait_s=60, interval_s=5, clock=clock,
+        sleep=clock.sleep,
+    )  # fmt: skip
+    assert (latest.value, latest.timed_out, latest.attempts, clock.sleeps) == ("done", False, 3, [5, 5])
+    clock = FakeClock()
+
+    def never(wait_s: float | None) -> Latest[str]:
+        return poll_latest(
+            lambda: "a", final=lambda _r: False, wait_s=wait_s, interval_s=5, clock=clock, sleep=clock.sleep
+        )
+
+    cut = never(12)
+    assert (cut.value, cut.timed_out, cut.attempts, cut.wait_s, cut.elapsed_s) == ("a", True, 4, 12, 12)
+    assert still_pending("no line yet", cut.wait_s) == "still pending after 12 s: no line yet"
+    once = never(None)
+    assert (once.value, once.timed_out, once.attempts) == ("a", False, 1)
+    zero = never(0)
+    assert (zero.timed_out, zero.attempts, zero.wait_s) == (True, 1, 0)
 
 
 @pytest.mark.parametrize(

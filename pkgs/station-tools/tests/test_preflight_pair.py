@@ -21,8 +21,9 @@ from test_nvml import build_fake, system_nvml_loads, write_proc
 
 from vllm_station.cli import main
 from vllm_station.commands.preflight import pair
-from vllm_station.commands.preflight.core import Context, PreflightConfig, Status, load_checks, run_checks
+from vllm_station.commands.preflight.core import Context, PreflightConfig, load_checks, run_checks
 from vllm_station.host import nvml
+from vllm_station.status import Status
 
 PAIR_CHECKS = [
     "rail-link", "rail-mtu", "rdma-device", "rdma-gid", "rail-peer", "memlock", "pair-revision",

@@ -16,7 +16,8 @@ from sysfs_fixtures import gb300_root, write_stamp
 from vllm_station.checkpoint.layout import read_declared_parsers
 from vllm_station.checkpoint.revisions import revision_dir
 from vllm_station.cli import main
-from vllm_station.commands.preflight.core import CheckResult, Context, Status, run_checks
+from vllm_station.commands.preflight.core import CheckResult, Context, run_checks
+from vllm_station.status import Status
 
 R1 = "1111111111111111111111111111111111111111"
 R2 = "2222222222222222222222222222222222222222"

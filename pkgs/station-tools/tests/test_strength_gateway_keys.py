@@ -163,14 +163,14 @@ def test_the_written_maps_are_private(tmp_path: Path) -> None:
 # ---- the command -------------------------------------------------------------------------------------------
 
 KEYS_HELP = """\
-usage: station gateway keys [-h] --out OUT --upstream-out UPSTREAM_OUT [--key NAME=FILE]
+usage: station gateway keys [-h] --output FILE --upstream-out UPSTREAM_OUT [--key NAME=FILE]
                             [--key-dir DIR] [--prefix PREFIX] [--upstream-key-file FILE] [--json]
 
 API key files -> the nginx map of key -> name (run before nginx starts)
 
 options:
   -h, --help            show this help message and exit
-  --out OUT             the key map to write (nginx map entries)
+  --output FILE         write the key map (nginx map entries) to this file
   --upstream-out UPSTREAM_OUT
                         the upstream Authorization map to write
   --key NAME=FILE       the keys of NAME (repeatable)
@@ -213,7 +213,7 @@ def test_the_command_writes_both_maps_and_says_what(
     alice = keyfile(tmp_path, "a" * 16)
     upstream = keyfile(tmp_path, "u" * 8, "up")
     out, up = tmp_path / "keys.map", tmp_path / "up.map"
-    code = cli.main(["gateway", "keys", "--out", str(out), "--upstream-out", str(up),
+    code = cli.main(["gateway", "keys", "--output", str(out), "--upstream-out", str(up),
                      "--key", f"alice={alice}", "--key-dir", str(tmp_path / "d"), "--prefix", "cred_",
                      "--upstream-key-file", str(upstream), "--json"])  # fmt: skip
     captured = capsys.readouterr()
@@ -226,7 +226,7 @@ def test_the_command_writes_both_maps_and_says_what(
     )
     assert up.read_text().endswith('default "Bearer uuuuuuuu";\n') and up.stat().st_mode & 0o777 == 0o400
     assert out.read_text().count(" bob\";\n") == 2
-    code = cli.main(["gateway", "keys", "--out", str(out), "--upstream-out", str(up),
+    code = cli.main(["gateway", "keys", "--output", str(out), "--upstream-out", str(up),
                      "--key", f"alice={alice}"])  # fmt: skip
     assert code == 0 and capsys.readouterr().err == (
         f"vllm-station gateway: 1 keys for 1 names (alice) -> {out}; no Authorization goes to the stations\n"
@@ -236,7 +236,7 @@ def test_the_command_writes_both_maps_and_says_what(
 
 def test_a_bad_stations_key_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out, up = tmp_path / "keys.map", tmp_path / "up.map"
-    code = cli.main(["gateway", "keys", "--out", str(out), "--upstream-out", str(up),
+    code = cli.main(["gateway", "keys", "--output", str(out), "--upstream-out", str(up),
                      "--key", f"alice={keyfile(tmp_path, 'a' * 16)}",
                      "--upstream-key-file", str(keyfile(tmp_path, 'short', 'up'))])  # fmt: skip
     assert code == 2 and not out.exists() and not up.exists()
@@ -245,22 +245,24 @@ def test_a_bad_stations_key_writes_nothing(tmp_path: Path, capsys: pytest.Captur
 
 def test_a_map_that_cannot_be_written_names_its_option(tmp_path: Path) -> None:
     (tmp_path / "d").mkdir()
-    for option in ("--out", "--upstream-out"):
+    for option in ("--output", "--upstream-out"):
         with pytest.raises(gateway.WriteFailed) as err:
-            if option == "--out":
+            if option == "--output":
                 gateway.write_private(tmp_path / "d", "x\n")  # the default option
             else:
                 gateway.write_private(tmp_path / "d", "x\n", option)
         assert str(err.value) == f"{option} {tmp_path / 'd'}: is a directory; it is not replaced"
 
 
-@pytest.mark.parametrize("option", ["--out", "--upstream-out"])
+@pytest.mark.parametrize("option", ["--output", "--upstream-out"])
 def test_an_output_that_is_a_directory_is_refused_before_any_work(
     tmp_path: Path, option: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     (tmp_path / "d").mkdir()
-    paths = {"--out": str(tmp_path / "o"), "--upstream-out": str(tmp_path / "u"), option: str(tmp_path / "d")}
-    code = cli.main(["gateway", "keys", "--out", paths["--out"], "--upstream-out", paths["--upstream-out"],
+    paths = {"--output": str(tmp_path / "o"), "--upstream-out": str(tmp_path / "u"),
+             option: str(tmp_path / "d")}  # fmt: skip
+    code = cli.main(["gateway", "keys", "--output", paths["--output"],
+                     "--upstream-out", paths["--upstream-out"],
                      "--key", f"a={keyfile(tmp_path, 'a' * 16)}"])  # fmt: skip
     assert code == 2
     err = capsys.readouterr().err
@@ -271,7 +273,7 @@ def test_an_output_that_is_a_directory_is_refused_before_any_work(
 
 def test_the_json_report_as_printed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "o"
-    assert cli.main(["gateway", "keys", "--out", str(out), "--upstream-out", str(tmp_path / "u"),
+    assert cli.main(["gateway", "keys", "--output", str(out), "--upstream-out", str(tmp_path / "u"),
                      "--key", f"a={keyfile(tmp_path, 'a' * 16)}", "--json"]) == 0  # fmt: skip
     assert capsys.readouterr().out == (
         f'{{\n  "out": "{out}",\n  "keys": 1,\n  "names": {{\n    "a": 1\n  }},\n'
@@ -317,14 +319,15 @@ def test_a_short_key_of_allowed_characters_is_only_too_short(tmp_path: Path) -> 
     assert refusal(read_keys, path).endswith("(this one has 8 characters)")
 
 
-@pytest.mark.parametrize("option", ["--out", "--upstream-out"])
+@pytest.mark.parametrize("option", ["--output", "--upstream-out"])
 def test_a_device_as_a_map_is_refused_when_parsed(
     tmp_path: Path, option: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A map is replaced whole (a new file renamed over it): a character device is refused before any key
     is read, not after (exit 2, nothing written)."""
-    paths = {"--out": str(tmp_path / "o"), "--upstream-out": str(tmp_path / "u"), option: "/dev/null"}
-    code = cli.main(["gateway", "keys", "--out", paths["--out"], "--upstream-out", paths["--upstream-out"],
+    paths = {"--output": str(tmp_path / "o"), "--upstream-out": str(tmp_path / "u"), option: "/dev/null"}
+    code = cli.main(["gateway", "keys", "--output", paths["--output"],
+                     "--upstream-out", paths["--upstream-out"],
                      "--key", f"a={keyfile(tmp_path, 'a' * 16)}"])  # fmt: skip
     assert code == 2 and not (tmp_path / "o").exists() and not (tmp_path / "u").exists()
     assert f"error: argument {option}: /dev/null: is a character device, not a regular file" in (

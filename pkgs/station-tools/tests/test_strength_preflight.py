@@ -11,8 +11,9 @@ from preflight_config import make_config
 from sysfs_fixtures import gb300_root, set_file_pages, write_proc_meminfo
 
 from vllm_station.commands.preflight.checks import _existing_ancestor, assess_gpus
-from vllm_station.commands.preflight.core import CheckResult, Context, Status, run_checks
+from vllm_station.commands.preflight.core import CheckResult, Context, run_checks
 from vllm_station.host.nvml import GpuInfo, GpuProcess, NvmlReport
+from vllm_station.status import Status
 
 GiB = 1024**3
 KiB = 1024

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 from typing import Any
@@ -197,3 +198,44 @@ def test_server_process_exit_ends_the_wait(
 def test_watch_pid_must_be_a_pid(capsys: pytest.CaptureFixture[str]) -> None:
     rc = main(["wait-ready", "--base-url", "http://127.0.0.1:1", "--watch-pid", "0"])
     assert rc == 2 and "--watch-pid: must be a whole number from 1" in capsys.readouterr().err
+
+
+# ---- --json: the outcome on stdout, whatever it is ----------------------------------------------------
+
+
+def test_json_prints_the_outcome_on_stdout_and_keeps_the_exit_code(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--json` (the shared switch): one JSON document on stdout for a ready server, a refused probe and
+    an address where nothing listens; the exit code and the stderr message are the ones without it."""
+    monkeypatch.delenv("MAINPID", raising=False)
+    with FaultServer(serving_routes(model="served-x")) as srv:
+        host_port = srv.url.split("://", 1)[1]
+        code = wait_ready("--base-url", f"http://ops:pw-in-url@{host_port}", "--json", "--timeout", "5",
+                          *FAST)  # fmt: skip
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    ready = json.loads(out)  # the whole of stdout: no "ready after" line beside it
+    assert ready["schema"] == "station-wait-ready/1"
+    assert (ready["verdict"], ready["ready"], ready["reached"]) == ("ready", True, True)
+    assert ready["exit_code"] == 0
+    assert ready["model"] == "served-x" and ready["attempts"] == 1 and ready["elapsed_s"] >= 0
+    assert ready["reason"].startswith("/health 200 and a 1-token POST /v1/completions for 'served-x'")
+    assert ready["base_url"] == f"http://{host_port}"  # never the credentials of the URL
+    assert "pw-in-url" not in out + err
+
+    refusing = serving_routes()
+    refusing[("POST", "/v1/completions")] = Reply(status=401, json={"error": {"message": "bad key"}})
+    with FaultServer(refusing) as srv:
+        code = wait_ready("--base-url", srv.url, "--json", "--timeout", "60", *FAST)
+    out, err = capsys.readouterr()
+    refused = json.loads(out)
+    assert code == 1 and (refused["verdict"], refused["ready"], refused["exit_code"]) == ("refused", False, 1)
+    assert "HTTP 401" in refused["reason"] and "waiting will not help" in err
+
+    code = wait_ready("--base-url", f"http://127.0.0.1:{free_port()}", "--json", "--timeout", "1", *FAST)
+    out, err = capsys.readouterr()
+    nobody = json.loads(out)
+    assert code == 3 and (nobody["verdict"], nobody["reached"]) == ("unreachable", False)
+    assert nobody["exit_code"] == 3
+    assert "nothing answered within" in err

@@ -7,19 +7,20 @@ from __future__ import annotations
 
 import json
 import re
-import stat
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
+import fakejournal
 import pytest
 
 from vllm_station.checkpoint.stamp import STAMP_NAME
 from vllm_station.cli import main
 from vllm_station.commands import weights
-from vllm_station.commands.weights import Status, checkpoint_size, scan
+from vllm_station.commands.weights import checkpoint_size, scan
+from vllm_station.status import Status
 
 # literals, never the tested module's own constants (tests/test_architecture_literals.py)
 GiB = 2**30
@@ -320,31 +321,11 @@ def test_subprocess_entry_point(ckpt: Path) -> None:
 
 # --- --unit through a journalctl stand-in ----------------------------------------------------------------
 
-FAKE_TOOL = """#!{python}
-import os, sys
-with open(os.environ["FAKE_CALLS"], "a") as f:
-    f.write(os.path.basename(sys.argv[0]) + " " + " ".join(sys.argv[1:]) + "\\n")
-if os.path.basename(sys.argv[0]) == "systemctl":
-    print("InvocationID=" + os.environ.get("FAKE_INVOCATION", ""))
-    print("LoadState=" + os.environ.get("FAKE_LOADSTATE", "loaded"))
-    sys.exit(0)
-with open(os.environ["FAKE_JOURNAL"], "rb") as f:
-    sys.stdout.buffer.write(f.read())
-"""
-
-
 def test_unit_reads_the_current_invocation(
     ckpt: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    for name in ("journalctl", "systemctl"):
-        path = bindir / name
-        path.write_text(FAKE_TOOL.format(python=sys.executable))
-        path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    fakejournal.install(tmp_path, monkeypatch)
     calls = tmp_path / "calls.log"
-    monkeypatch.setenv("PATH", str(bindir))
-    monkeypatch.setenv("FAKE_CALLS", str(calls))
     monkeypatch.setenv("FAKE_JOURNAL", str(DATA / "gpu_tp2_worker.log"))
     monkeypatch.setenv("FAKE_INVOCATION", "0123456789abcdef0123456789abcdef")
     args = ["--unit", "vllm-station.service", "--checkpoint", str(ckpt), "--tensor-parallel-size", "2"]

@@ -19,11 +19,15 @@ The vocabulary (docs/architecture.md has the table):
 `--model NAME`     the served model (default: what /v1/models lists)
 `--timeout S`      seconds (what they bound is said in each verb's help; the type and range are here)
 `--json`           a switch: the report as JSON on stdout. Never a file name.
-`--output FILE`    the JSON report, also written to FILE
+`--output FILE`    the JSON report, also written to FILE; in a verb that exists to write a file (`gateway
+                   keys`), that file
 `--out DIR`        a directory of report files (golive)
 `--quiet`          no progress lines on stderr (`--no-progress`: a hidden alias)
 `--debug`          debug log on stderr (the `station` parser's, for every verb)
 =================  ==========================================================================================
+
+The verbs that judge a log (nccl-check, weights-check) share `add_log_source` (--unit/--log),
+`add_log_wait` (--wait/--interval) and `add_all_invocations`; `host.journal.log_reader` reads what they name.
 
 Every option made here is tagged (`SHARED_ATTR` on its argparse action): tests/test_options_vocabulary.py
 walks every verb's parser and fails on a shared name not made here, or made with another default, type
@@ -34,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from typing import Any
 
 from vllm_station import argtypes, output
@@ -53,6 +58,7 @@ MODEL_HELP = "served model name (default: the model /v1/models lists)"
 MODEL_FROM_CONFIG_HELP = "served model name (default: --config's model, else the model /v1/models lists)"
 QUIET_HELP = "no progress lines on stderr"
 OUTPUT_HELP = "also write the JSON report to this file"
+OUTPUT_WHAT_HELP = "write {what} to this file"  # a verb that exists to write a file (gateway keys)
 TIMEOUT_METAVAR = "S"
 
 
@@ -126,15 +132,51 @@ def add_json(parser: argparse.ArgumentParser, *, what: str = "the report") -> No
     )
 
 
-def add_output(parser: argparse.ArgumentParser) -> None:
-    """--output FILE: the JSON report, also written to a file (checked when parsed, written by
-    `vllm_station.output`)."""
+def add_output(
+    parser: argparse._ActionsContainer,
+    *,
+    what: str | None = None,
+    required: bool = False,
+    replaced: bool = False,
+    old_name: str | None = None,
+) -> None:
+    """--output FILE: a file the verb writes (checked when parsed, written by `vllm_station.output`). By
+    default the JSON report, also written to a file; `what` names another file a verb exists to write
+    (`gateway keys`: "the key map"). `replaced`: the file is replaced whole (a device node is refused).
+    `old_name` (`--out`): the verb's old name of the option, kept hidden, saying on stderr that it is."""
+    kind = output.out_file(replaced=replaced)
+    help_text = OUTPUT_HELP if what is None else OUTPUT_WHAT_HELP.format(what=what)
+    if old_name is not None:
+        # one of the two is required: the group's error names --output (the old name is hidden)
+        group = parser.add_mutually_exclusive_group(required=required)
+        group.add_argument(
+            old_name, dest="output", type=kind, metavar="FILE", action=_OldName, help=argparse.SUPPRESS
+        )
+        parser, required = group, False
     _tag(
         parser.add_argument(
-            "--output", type=output.out_file(), metavar="FILE", default=None, help=OUTPUT_HELP
+            "--output", type=kind, metavar="FILE", default=None, required=required, help=help_text
         ),
         "--output",
     )
+
+
+class _OldName(argparse.Action):
+    """An option's old name: stores as the new one does, and says so on stderr (once a release)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        print(
+            f"{parser.prog}: {option_string} is the old name of --output (deprecated: it goes in a later "
+            "release; write --output)",
+            file=sys.stderr,
+        )
+        setattr(namespace, self.dest, values)
 
 
 def add_quiet(parser: argparse.ArgumentParser) -> None:
@@ -143,4 +185,43 @@ def add_quiet(parser: argparse.ArgumentParser) -> None:
     _tag(
         parser.add_argument("--no-progress", dest="quiet", action="store_true", help=argparse.SUPPRESS),
         "--quiet",
+    )
+
+
+# ---- the verbs that judge a log (nccl-check, weights-check): where it is, and how long to wait --------
+
+
+def add_log_source(container: argparse._ActionsContainer) -> None:
+    """--unit UNIT (the journal of a systemd unit) or --log FILE; in a verb's mutually exclusive group
+    when it makes them one choice."""
+    container.add_argument(
+        "--unit",
+        type=argtypes.unit_name,
+        metavar="UNIT",
+        help="read the journal of this systemd unit (current start)",
+    )
+    container.add_argument("--log", metavar="FILE", help="read this log file (e.g. a saved container log)")
+
+
+def add_log_wait(parser: argparse.ArgumentParser, *, until: str) -> None:
+    """--wait SECONDS (poll `until` … or the time is up) and --interval between the polls."""
+    parser.add_argument(
+        "--wait",
+        type=argtypes.seconds(zero_ok=True),
+        metavar="SECONDS",
+        help=f"poll until {until} or the time is up",
+    )
+    parser.add_argument(
+        "--interval",
+        type=argtypes.seconds(hi=3600),
+        default=5.0,
+        help="seconds between polls with --wait (5)",
+    )
+
+
+def add_all_invocations(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--all-invocations",
+        action="store_true",
+        help="with --unit: read the unit's whole journal, not the current start",
     )

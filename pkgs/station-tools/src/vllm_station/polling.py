@@ -1,11 +1,17 @@
-"""Probe until done or a deadline: the loop that `station wait-ready` and `station pair wait-*` share.
+"""Probe until done or a deadline: the loop that `station wait-ready`, `station pair wait-*`,
+`station nccl-check --wait` and `station weights-check --wait` share.
 
     polled = poll(probe, timeout_s=300, interval_s=5, progress=say)
+    latest = poll_latest(read_log_and_judge, final=lambda r: r.final, wait_s=60, interval_s=5)
 
 `probe(tick)` runs at once and then every `interval_s` (the time a probe takes counts against the
 interval). It returns a value to end the wait, or None to keep going. Between tries, `progress(tick)`
 is called once (never after the last try), so a caller prints one line per interval. At the deadline
 `poll` returns with `value` None. A timeout of 0 means exactly one try.
+
+`poll_latest` is the same loop for a reading that is always worth keeping (a verdict from a log): it
+re-reads until the reading is final or the wait is over, and returns the last reading either way, with
+whether the deadline cut the wait short (`still_pending` words the summary of such a reading).
 """
 
 from __future__ import annotations
@@ -67,3 +73,39 @@ def poll(
         if progress is not None:
             progress(Tick(attempt, now - start, deadline - now))
         sleep(max(0.0, min(interval_s - (now - probe_start), deadline - now)))
+
+
+@dataclass(frozen=True)
+class Latest(Generic[T]):
+    value: T  # the last reading
+    timed_out: bool  # the wait ended at its deadline, the reading not final
+    wait_s: float  # how long it waited at the most (0: one reading)
+    attempts: int
+    elapsed_s: float
+
+
+def poll_latest(
+    read: Callable[[], T],
+    *,
+    final: Callable[[T], bool],
+    wait_s: float | None,
+    interval_s: float,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Latest[T]:
+    """`read()` once when `wait_s` is None (its reading is the answer, final or not); else every
+    `interval_s` until `final(reading)` or `wait_s` seconds have passed (0: one reading)."""
+    last: list[T] = []  # the latest reading only
+
+    def probe(_tick: Tick) -> T | None:
+        last[:] = [read()]
+        return last[0] if wait_s is None or final(last[0]) else None
+
+    timeout_s = wait_s or 0.0
+    polled = poll(probe, timeout_s=timeout_s, interval_s=interval_s, clock=clock, sleep=sleep)
+    return Latest(last[0], polled.value is None, timeout_s, polled.attempts, polled.elapsed_s)
+
+
+def still_pending(summary: str, wait_s: float) -> str:
+    """The summary of a reading that was not final when the wait of `wait_s` seconds ended."""
+    return f"still pending after {wait_s:g} s: {summary}"

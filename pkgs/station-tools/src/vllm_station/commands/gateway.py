@@ -1,13 +1,13 @@
 """`station gateway keys`: the gateway's start step — API key files into the map nginx includes.
 
-    station gateway keys --out /run/vllm-station-gateway/keys.map \\
+    station gateway keys --output /run/vllm-station-gateway/keys.map \\
         --upstream-out /run/vllm-station-gateway/upstream-authorization.map \\
         --key alice=%d/key-alice --key-dir %d/ --prefix keydir_ --upstream-key-file %d/upstream-key
 
 services.vllm-station.gateway runs it in its own unit before nginx, with the key files loaded as systemd
 credentials (`%d`): the keys never enter the Nix store, a unit file or an argument list.
 
-`--out` gets one nginx `map` entry per key, for the gateway's `map $vllm_station_token $vllm_station_entry`
+`--output` gets one nginx `map` entry per key, for the gateway's `map $vllm_station_token $vllm_station_entry`
 (the token of a `Bearer` header): the key as a plain string — a hash lookup, whatever the number of keys —
 and the value `KEY NAME`. nginx compares a map's plain strings case-insensitively, so the gateway then
 compares the token with the KEY found exactly, and gives the NAME (what the access log records); two keys
@@ -20,6 +20,8 @@ Key files hold one key a line (several lines: rotation, all valid); empty lines 
 skipped. A key is 16-256 characters of `A-Z a-z 0-9 - . _ ~ + / =`; a name 1-64 of `A-Z a-z 0-9 _ -`.
 Nothing is written unless every file is valid: a bad file leaves the previous maps in place. Both files
 are written whole (a temporary file renamed over the old one), mode 0400.
+
+`--out`, the old name of `--output`, still works (hidden; it says so on stderr) for a release.
 
 Messages name files, names and line numbers, never a key. Exit codes: 0 written, 2 bad arguments or
 an invalid, unreadable or duplicate key (nothing written), 1 the output could not be written.
@@ -150,7 +152,7 @@ def render_upstream_map(key: str | None) -> str:
     )
 
 
-def write_private(path: Path, text: str, option: str = "--out") -> None:
+def write_private(path: Path, text: str, option: str = "--output") -> None:
     """Replace `path` with `text` whole (temporary file, then rename), mode 0400, through
     `vllm_station.output`: a device node, FIFO or directory at `path` is refused, never replaced."""
     try:
@@ -192,11 +194,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         description="API key files -> the nginx map of key -> name (run before nginx starts)",
     )
     sp.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-    sp.add_argument(
-        "--out",
-        type=output.out_file(replaced=True),
-        required=True,
-        help="the key map to write (nginx map entries)",
+    options.add_output(
+        sp, what="the key map (nginx map entries)", required=True, replaced=True, old_name="--out"
     )
     sp.add_argument(
         "--upstream-out",
@@ -229,14 +228,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     keys = collect(args.key, args.key_dir, args.prefix)
     upstream = read_upstream_key(args.upstream_key_file) if args.upstream_key_file else None
-    write_private(args.out, render_keys_map(keys))
+    write_private(args.output, render_keys_map(keys))
     write_private(args.upstream_out, render_upstream_map(upstream), "--upstream-out")
     names = {name: len(v) for name, v in sorted(keys.keys.items())}
     if args.json:
-        report = {"out": str(args.out), "keys": keys.count(), "names": names, "upstream_key": bool(upstream)}
+        written = str(args.output)  # the JSON key stays "out": what reads it keeps working
+        report = {"out": written, "keys": keys.count(), "names": names, "upstream_key": bool(upstream)}
         print(json.dumps(report, indent=2))
     print(
-        f"{PREFIX} {keys.count()} keys for {len(names)} names ({', '.join(names)}) -> {args.out}; "
+        f"{PREFIX} {keys.count()} keys for {len(names)} names ({', '.join(names)}) -> {args.output}; "
         + ("the stations get the upstream key" if upstream else "no Authorization goes to the stations"),
         file=sys.stderr,
     )

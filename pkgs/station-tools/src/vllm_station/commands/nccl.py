@@ -38,22 +38,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from vllm_station import argtypes, bounded, options, polling, textfile
+from vllm_station import bounded, options, polling, textfile
 from vllm_station.errors import EXIT_FAIL, EXIT_OK, EXIT_PENDING, UsageError
-from vllm_station.host.journal import decode, read_log_file, read_unit
+from vllm_station.host.journal import decode, log_reader
 from vllm_station.report import dump_json
+from vllm_station.status import Status
 
 log = logging.getLogger(__name__)
 
 SOCKET_FALLBACK = "socket fallback: the pair would serve ~10× slower"
 MAX_EVIDENCE = 12
-
-
-class Status(enum.StrEnum):
-    PASS = "PASS"
-    WARN = "WARN"
-    FAIL = "FAIL"
-    PENDING = "PENDING"
 
 
 class Transport(enum.StrEnum):
@@ -484,20 +478,20 @@ def poll(
     sleep: Callable[[float], None] = time.sleep,
 ) -> NcclReport:
     """Read and classify; with `wait`, re-read every `interval` s until the verdict is final or time is up."""
-    last: list[NcclReport] = []  # the latest report only
 
-    def probe(_tick: polling.Tick) -> NcclReport | None:
+    def reading() -> NcclReport:
         text, label = read()
-        last[:] = [classify(text, label, require_gdr=require_gdr)]
-        return last[0] if wait is None or last[0].final else None
+        return classify(text, label, require_gdr=require_gdr)
 
-    polled = polling.poll(probe, timeout_s=wait or 0.0, interval_s=interval, clock=clock, sleep=sleep)
-    return polled.value if polled.value is not None else _timed_out(last[0], wait)
+    latest = polling.poll_latest(
+        reading, final=lambda r: r.final, wait_s=wait, interval_s=interval, clock=clock, sleep=sleep
+    )
+    return _timed_out(latest.value, latest.wait_s) if latest.timed_out else latest.value
 
 
-def _timed_out(report: NcclReport, wait: float | None) -> NcclReport:
-    if report.status is Status.PENDING:
-        report.summary = f"still pending after {wait:g} s: {report.summary}"
+def _timed_out(report: NcclReport, wait: float) -> NcclReport:
+    if report.status is Status.PENDING:  # a PASS/WARN without "Connected all rings" stays as it is
+        report.summary = polling.still_pending(report.summary, wait)
     return report
 
 
@@ -559,25 +553,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "See docs/nccl-check.md."
     )
     parser.add_argument("source", nargs="?", metavar="-", help="read the log from stdin")
-    parser.add_argument(
-        "--unit",
-        type=argtypes.unit_name,
-        metavar="UNIT",
-        help="read the journal of this systemd unit (current start)",
-    )
-    parser.add_argument("--log", metavar="FILE", help="read this log file (e.g. a saved container log)")
-    parser.add_argument(
-        "--wait",
-        type=argtypes.seconds(zero_ok=True),
-        metavar="SECONDS",
-        help="poll until the verdict is final (a FAIL, or PASS/WARN with 'Connected all rings') "
-        "or the time is up",
-    )
-    parser.add_argument(
-        "--interval",
-        type=argtypes.seconds(hi=3600),
-        default=5.0,
-        help="seconds between polls with --wait (5)",
+    options.add_log_source(parser)
+    options.add_log_wait(
+        parser, until="the verdict is final (a FAIL, or PASS/WARN with 'Connected all rings')"
     )
     parser.add_argument(
         "--require-gdr",
@@ -589,11 +567,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="no transport line yet (after --wait) exits 0 with a WARN line instead of 4",
     )
-    parser.add_argument(
-        "--all-invocations",
-        action="store_true",
-        help="with --unit: read the unit's whole journal, not the current start",
-    )
+    options.add_all_invocations(parser)
     options.add_json(parser)
 
 
@@ -602,18 +576,9 @@ def run(args: argparse.Namespace) -> int:
     if opts.stdin:
         report = stream(sys.stdin.buffer, opts.wait, opts.require_gdr)
     else:
-        if opts.unit is not None:
-            unit = opts.unit
-
-            def read() -> tuple[str, str]:
-                return read_unit(unit, opts.all_invocations, command="nccl-check", stdin=True)
-        else:
-            assert opts.log_file is not None
-            path = opts.log_file
-
-            def read() -> tuple[str, str]:
-                return read_log_file(path), f"file {path}"
-
+        read = log_reader(
+            opts.unit, opts.log_file, all_invocations=opts.all_invocations, command="nccl-check", stdin=True
+        )
         report = poll(read, opts.wait, opts.interval, opts.require_gdr)
     if report.status is Status.PENDING and opts.pending_ok:
         report.exit_code = EXIT_OK

@@ -6,7 +6,8 @@ Ready means both: GET /health answers 200, and a 1-token completion succeeds (PO
 
 Exit codes: 0 ready; 1 not ready before --timeout (the message names the last reason), or a failure that
 waiting cannot fix (the server answers 401/403/4xx to the probe: wrong key or model name); 2 bad
-arguments; 3 nothing ever answered at the address. Progress goes to stderr every --interval seconds.
+arguments; 3 nothing ever answered at the address. Progress goes to stderr every --interval seconds;
+`--json` prints the outcome (`WaitReport`) on stdout whatever it is, and exits with the same code.
 
 Under systemd (`ExecStartPost=`) the server's process is `$MAINPID`: when it exits, waiting is over at
 once (exit 1), instead of probing a dead address until --timeout.
@@ -21,12 +22,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from vllm_station import argtypes, bounded, options
+from vllm_station import argtypes, bounded, options, report
 from vllm_station.api import ApiClient, ApiError, ApiUnreachable, HttpStatusError, load_api_key
 from vllm_station.api.args import add_endpoint_args
-from vllm_station.errors import EXIT_OK, CheckFailed, Unreachable, UsageError
+from vllm_station.api.urls import display_url
+from vllm_station.errors import EXIT_OK, CheckFailed, StationError, Unreachable, UsageError
 from vllm_station.polling import Tick, check_seconds, poll
 
+SCHEMA = "station-wait-ready/1"
 PROBE_PROMPT = "Hello"
 MAX_REQUEST_TIMEOUT_S = 60.0  # one probe request; a first completion on a cold server can take a while
 RETRYABLE_4XX = (408, 409, 425, 429)  # other 4xx answers to the probe will not fix themselves
@@ -55,6 +58,43 @@ class Outcome:
     exited: bool = False  # the watched server process exited
 
 
+@dataclass(frozen=True)
+class WaitReport:
+    """What `--json` prints (docs/wait-ready.md): the outcome, its verdict and the exit code."""
+
+    schema: str
+    base_url: str  # as shown: without user:password@
+    model: str | None  # the model probed (the first listed when no --model)
+    verdict: str  # ready | timeout | refused (waiting will not help) | exited | unreachable
+    ready: bool
+    reached: bool  # something answered at the address
+    elapsed_s: float
+    attempts: int
+    reason: str  # what succeeded, or the last failure
+    exit_code: int
+
+
+def judge(out: Outcome) -> tuple[str, StationError | None]:
+    """The verdict's name, and the error the entry point turns into the message and the exit code."""
+    if out.ready:
+        return "ready", None
+    if out.exited:
+        return "exited", CheckFailed(
+            f"{out.reason} ({out.elapsed_s:.0f} s, {out.attempts} tries): read its log"
+        )
+    if not out.reached:
+        return "unreachable", Unreachable(
+            f"nothing answered within {out.elapsed_s:.0f} s ({out.attempts} tries): {out.reason}"
+        )
+    if out.gave_up:
+        return "refused", CheckFailed(
+            f"the server refuses the readiness probe (waiting will not help): {out.reason}"
+        )
+    return "timeout", CheckFailed(
+        f"not ready after {out.elapsed_s:.0f} s ({out.attempts} tries); last reason: {out.reason}"
+    )
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     add_endpoint_args(parser)
     options.add_model(parser)
@@ -70,6 +110,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         type=argtypes.count(hi=4_194_304),
         help="stop waiting when this process exits (default: $MAINPID, which systemd sets for ExecStartPost)",
     )
+    options.add_json(parser, what="the outcome (ready or why not)")
 
 
 def _probe(api: ApiClient, model: str | None, request_timeout: float) -> tuple[str, str]:
@@ -205,17 +246,25 @@ def run(args: argparse.Namespace) -> int:
         print(f"station wait-ready: {line}", file=sys.stderr, flush=True)
 
     out = wait(opts, progress=progress)
-    if out.ready:
-        print(f"ready after {out.elapsed_s:.1f} s ({out.attempts} tries): {out.reason}", flush=True)
-        return EXIT_OK
-    if out.exited:
-        raise CheckFailed(f"{out.reason} ({out.elapsed_s:.0f} s, {out.attempts} tries): read its log")
-    if not out.reached:
-        raise Unreachable(
-            f"nothing answered within {out.elapsed_s:.0f} s ({out.attempts} tries): {out.reason}"
+    verdict, error = judge(out)
+    if args.json:
+        report.dump_json(
+            WaitReport(
+                schema=SCHEMA,
+                base_url=display_url(opts.base_url),
+                model=out.model,
+                verdict=verdict,
+                ready=out.ready,
+                reached=out.reached,
+                elapsed_s=round(out.elapsed_s, 3),
+                attempts=out.attempts,
+                reason=out.reason,
+                exit_code=EXIT_OK if error is None else error.exit_code,
+            )
         )
-    if out.gave_up:
-        raise CheckFailed(f"the server refuses the readiness probe (waiting will not help): {out.reason}")
-    raise CheckFailed(
-        f"not ready after {out.elapsed_s:.0f} s ({out.attempts} tries); last reason: {out.reason}"
-    )
+        sys.stdout.flush()
+    elif out.ready:
+        print(f"ready after {out.elapsed_s:.1f} s ({out.attempts} tries): {out.reason}", flush=True)
+    if error is not None:
+        raise error
+    return EXIT_OK

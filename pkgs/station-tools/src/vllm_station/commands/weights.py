@@ -33,7 +33,6 @@ The assessment (`Scanner`, `assess`) is pure: lines and a checkpoint size in, `W
 from __future__ import annotations
 
 import argparse
-import enum
 import re
 import sys
 import time
@@ -44,24 +43,15 @@ from pathlib import Path
 from vllm_station import argtypes, options, polling
 from vllm_station.checkpoint.stamp import STAMP_NAME, StampError, StampMissing, read_stamp
 from vllm_station.errors import EXIT_FAIL, EXIT_OK, EXIT_PENDING, UsageError
-from vllm_station.host.journal import read_log_file, read_unit
+from vllm_station.host.journal import log_reader
 from vllm_station.report import dump_json, table
+from vllm_station.status import Status, worst
 
 GiB = 1024**3
 WHOLE_MODEL_FRACTION = 0.90  # a rank with this much of the whole checkpoint: TP did not split it
 SHARE_TOLERANCE = 0.30  # a rank further than this from checkpoint / TP: a skewed split
 WEIGHT_SUFFIX = ".safetensors"
 
-
-class Status(enum.StrEnum):
-    PASS = "PASS"
-    WARN = "WARN"
-    FAIL = "FAIL"
-    SKIP = "SKIP"  # vLLM's CPU build: it logs no weight memory
-    PENDING = "PENDING"
-
-
-_ORDER = [Status.PASS, Status.SKIP, Status.WARN, Status.FAIL]
 
 # --- vLLM's line formats (vLLM 0.32.0; docs/weights-check.md names the source of each) -------------
 
@@ -284,7 +274,7 @@ def _judge(load: RankLoad, ckpt: CheckpointSize, tp: int, expected: int) -> None
         load.status = Status.PASS
         load.note = f"{what}, {_pct(of_share)} of its expected share {_gib(expected)}"
     if load.tp_rank is not None and load.tp_rank >= tp:
-        load.status = max(load.status, Status.WARN, key=_ORDER.index)
+        load.status = worst([load.status, Status.WARN])
         load.note += f"; its TP rank {load.tp_rank} does not exist with --tensor-parallel-size {tp}"
 
 
@@ -338,8 +328,8 @@ def assess(scanner: Scanner, ckpt: CheckpointSize, tp: int, source: str) -> Weig
             "node (its local first rank), so each station's journal shows its own rank"
         )
     statuses = [r.status for r in measured if r.status is not None]
-    status = max(statuses, key=_ORDER.index) if statuses else Status.SKIP
-    worst = [r for r in measured if r.status is status]
+    status = worst(statuses)  # SKIP: none measured (vLLM's CPU build logs no weight memory)
+    judged = [r for r in measured if r.status is status]
     if status is Status.SKIP:
         secs = next((r.weights_seconds for r in loads if r.weights_seconds is not None), 0.0)
         summary = (
@@ -355,13 +345,13 @@ def assess(scanner: Scanner, ckpt: CheckpointSize, tp: int, source: str) -> Weig
         )
         fix = None
     elif status is Status.WARN:
-        summary = "; ".join(r.note for r in worst)
+        summary = "; ".join(r.note for r in judged)
         fix = (
             "compare with the other station's `station weights-check`; a checkpoint other than the verified "
             "one, another quantization, or extra layers loaded (MTP/draft) change the figure"
         )
     else:
-        summary = "; ".join(r.note for r in worst)
+        summary = "; ".join(r.note for r in judged)
         fix = (
             f"start vLLM with --tensor-parallel-size {tp} across both stations (the engine line "
             "'tensor_parallel_size=' in the log says what it ran with); `station preflight --only "
@@ -400,18 +390,17 @@ def poll(
     sleep: Callable[[float], None] = time.sleep,
 ) -> WeightsReport:
     """Read and assess; with `wait`, re-read every `interval` s until a verdict or the time is up."""
-    last: list[WeightsReport] = []
 
-    def probe(_tick: polling.Tick) -> WeightsReport | None:
+    def reading() -> WeightsReport:
         text, label = read()
-        last[:] = [scan(text, ckpt, tp, label)]
-        return last[0] if wait is None or last[0].final else None
+        return scan(text, ckpt, tp, label)
 
-    polled = polling.poll(probe, timeout_s=wait or 0.0, interval_s=interval, clock=clock, sleep=sleep)
-    if polled.value is not None:
-        return polled.value
-    report = last[0]
-    report.summary = f"still pending after {wait:g} s: {report.summary}"
+    latest = polling.poll_latest(
+        reading, final=lambda r: r.final, wait_s=wait, interval_s=interval, clock=clock, sleep=sleep
+    )
+    report = latest.value
+    if latest.timed_out:
+        report.summary = polling.still_pending(report.summary, latest.wait_s)
     return report
 
 
@@ -424,14 +413,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "the whole model: tensor parallelism not applied); 2 bad arguments or no checkpoint size; 3 the "
         "log could not be read; 4 PENDING (no model-loading line yet). See docs/weights-check.md."
     )
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument(
-        "--unit",
-        type=argtypes.unit_name,
-        metavar="UNIT",
-        help="read the journal of this systemd unit (current start)",
-    )
-    source.add_argument("--log", metavar="FILE", help="read this log file (e.g. a saved container log)")
+    options.add_log_source(parser.add_mutually_exclusive_group(required=True))
     parser.add_argument(
         "--checkpoint",
         required=True,
@@ -445,23 +427,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="the TP size vLLM runs with (2 for the pair): each rank's expected share is checkpoint / N",
     )
-    parser.add_argument(
-        "--wait",
-        type=argtypes.seconds(zero_ok=True),
-        metavar="SECONDS",
-        help="poll until the model-loading line appears or the time is up",
-    )
-    parser.add_argument(
-        "--interval",
-        type=argtypes.seconds(hi=3600),
-        default=5.0,
-        help="seconds between polls with --wait (5)",
-    )
-    parser.add_argument(
-        "--all-invocations",
-        action="store_true",
-        help="with --unit: read the unit's whole journal, not the current start",
-    )
+    options.add_log_wait(parser, until="the model-loading line appears")
+    options.add_all_invocations(parser)
     options.add_json(parser)
 
 
@@ -473,17 +440,8 @@ def run(args: argparse.Namespace) -> int:
         polling.check_seconds("--wait", args.wait, zero_ok=True)
     polling.check_seconds("--interval", args.interval)
     ckpt = checkpoint_size(Path(args.checkpoint))
-    if args.unit is not None:
-        unit = args.unit
-
-        def read() -> tuple[str, str]:
-            return read_unit(unit, args.all_invocations, command="weights-check")
-    else:
-        path = Path(args.log)
-
-        def read() -> tuple[str, str]:
-            return read_log_file(path), f"file {path}"
-
+    log_file = Path(args.log) if args.log is not None else None
+    read = log_reader(args.unit, log_file, all_invocations=args.all_invocations, command="weights-check")
     report = poll(read, ckpt, tp, args.wait, args.interval)
     if args.json:
         dump_json(report)

@@ -15,6 +15,7 @@ import logging
 import re
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 from vllm_station import bounded
@@ -112,3 +113,15 @@ def read_unit(
         raise Unreachable(f"journalctl failed (exit {proc.returncode}): {err[:300] or 'no message'}")
     label = f"unit {unit}" + (f" (invocation {invocation})" if invocation else "")
     return decode(proc.stdout), label
+
+
+def log_reader(
+    unit: str | None, log_file: Path | None, *, all_invocations: bool, command: str, stdin: bool = False
+) -> Callable[[], tuple[str, str]]:
+    """What `--unit UNIT` or `--log FILE` names (exactly one), read again at each call: (text, label).
+    The verbs that judge a log (nccl-check, weights-check) poll it through this."""
+    if unit is not None:
+        return lambda: read_unit(unit, all_invocations, command=command, stdin=stdin)
+    assert log_file is not None, "give --unit or --log"
+    path = log_file
+    return lambda: (read_log_file(path), f"file {path}")

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
 import subprocess
 import sys
 import threading
@@ -13,6 +11,7 @@ from typing import Any
 
 from vllm_station import bounded
 from vllm_station.api.transport import SyncHttp
+from vllm_station.process import stop_session
 
 
 class SimProcess:
@@ -70,12 +69,5 @@ class SimProcess:
     def __exit__(self, *exc: object) -> None:
         if self.proc is None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=10)
+        stop_session(self.proc)
         self.proc = None

@@ -20,7 +20,7 @@ import time
 import uuid
 import zlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
@@ -74,6 +74,24 @@ class _ReqRecord:
     injected: str | None = None
     stream: bool = True
     rid: str = ""
+
+
+class _Answer(NamedTuple):
+    """How one admitted request is answered, whole or streamed: its record, body and id, every token's
+    deadline, the prompt's length, the tool-call deltas (empty: words), the finish reason, chat or not."""
+
+    rec: _ReqRecord
+    body: dict[str, Any]
+    rid: str
+    due: list[float]
+    n_prompt: int
+    pieces: list[dict[str, Any]]
+    finish: str
+    chat: bool
+
+    def usage(self) -> dict[str, int]:
+        n = len(self.due)
+        return {"prompt_tokens": self.n_prompt, "total_tokens": self.n_prompt + n, "completion_tokens": n}
 
 
 def _dist(values: list[float]) -> dict[str, float | int | None]:
@@ -404,8 +422,11 @@ class Simulator:
                 if cfg.profile is not None:  # the decode rate of the engine as it is now, for every token
                     gap = 1.0 / cfg.profile.decode_rate(self.in_engine)
                     due = [first_due + k * gap for k in range(n)]
-                return await self._respond_whole(rec, body, rid, due, n_prompt, pieces, finish, chat, message)
-            return await self._respond_stream(request, rec, body, rid, due, n_prompt, pieces, finish, chat)
+                answer = _Answer(rec, body, rid, due, n_prompt, pieces, finish, chat)
+                return await self._respond_whole(answer, message)
+            return await self._respond_stream(
+                request, _Answer(rec, body, rid, due, n_prompt, pieces, finish, chat)
+            )
         finally:
             self.running -= 1
 
@@ -413,24 +434,16 @@ class Simulator:
         return int(body.get("max_completion_tokens") or body.get("max_tokens") or self.config.output_len)
 
     async def _respond_whole(
-        self,
-        rec: _ReqRecord,
-        body: dict[str, Any],
-        rid: str,
-        due: list[float],
-        n_prompt: int,
-        pieces: list[dict[str, Any]],
-        finish: str,
-        chat: bool,
-        gates_message: dict[str, Any] | None = None,
+        self, answer: _Answer, gates_message: dict[str, Any] | None = None
     ) -> web.Response:
+        rec, _body, rid, due, n_prompt, pieces, finish, chat = answer
         await self._sleep_until(due[-1])
         now = time.perf_counter()
         rec.emits = [now]
         rec.end = now
         n = len(due)
         text = " ".join(WORDS[k % len(WORDS)] for k in range(n))
-        usage = {"prompt_tokens": n_prompt, "total_tokens": n_prompt + n, "completion_tokens": n}
+        usage = answer.usage()
         self._count_success(rec, n_prompt, n)
         base = {"id": rid, "created": int(time.time()), "model": self.config.model}
         if not chat:
@@ -476,40 +489,18 @@ class Simulator:
         if rec.emits:
             c["ttft_sum"] += rec.emits[0] - rec.arrive
 
-    async def _respond_stream(
-        self,
-        request: web.Request,
-        rec: _ReqRecord,
-        body: dict[str, Any],
-        rid: str,
-        due: list[float],
-        n_prompt: int,
-        pieces: list[dict[str, Any]],
-        finish: str,
-        chat: bool,
-    ) -> web.StreamResponse:
+    async def _respond_stream(self, request: web.Request, answer: _Answer) -> web.StreamResponse:
         resp = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream; charset=utf-8"})
         try:
             await resp.prepare(request)
-            await self._stream(request, resp, rec, body, rid, due, n_prompt, pieces, finish, chat)
+            await self._stream(request, resp, answer)
         except ConnectionResetError:  # the client went away mid-stream: counted, not a server error
             self.disconnects += 1
-            rec.end = None
+            answer.rec.end = None
         return resp
 
-    async def _stream(
-        self,
-        request: web.Request,
-        resp: web.StreamResponse,
-        rec: _ReqRecord,
-        body: dict[str, Any],
-        rid: str,
-        due: list[float],
-        n_prompt: int,
-        pieces: list[dict[str, Any]],
-        finish: str,
-        chat: bool,
-    ) -> None:
+    async def _stream(self, request: web.Request, resp: web.StreamResponse, answer: _Answer) -> None:
+        rec, body, rid, due, n_prompt, pieces, finish, chat = answer
         created = int(time.time())
         model = self.config.model
         obj = "chat.completion.chunk" if chat else "text_completion"
@@ -570,8 +561,8 @@ class Simulator:
             }
             tail += "data: " + json.dumps(err) + "\n\n"
         elif include_usage:
-            usage = {"prompt_tokens": n_prompt, "total_tokens": n_prompt + n, "completion_tokens": n}
-            tail += "data: " + head + "]," + '"usage":' + json.dumps(usage, separators=(",", ":")) + "}\n\n"
+            usage = json.dumps(answer.usage(), separators=(",", ":"))
+            tail += "data: " + head + "]," + '"usage":' + usage + "}\n\n"
         tail += "data: [DONE]\n\n"
         await write(tail.encode())
         rec.end = perf()

@@ -13,10 +13,11 @@ from typing import Any
 from vllm_station.checkpoint.layout import CONFIG_NAME, README_NAME, read_declared_parsers
 from vllm_station.checkpoint.stamp import STAMP_NAME, StampError, StampMissing, changed_files, read_stamp
 from vllm_station.commands.preflight import kvcache
-from vllm_station.commands.preflight.core import CheckResult, Context, GiB, SkipCheck, Status, check
+from vllm_station.commands.preflight.core import CheckResult, Context, GiB, SkipCheck, check
 from vllm_station.host import container as rt
 from vllm_station.host import sysfs
 from vllm_station.host.nvml import GpuInfo, NvmlReport, NvmlUnavailable, read_nvml
+from vllm_station.status import Status, worst
 
 PAGE_CACHE_FIX = (
     "run `station prestart --gpu-node {node}` (sync + drop_caches) before the start, and bind bulk file "
@@ -325,7 +326,7 @@ def assess_gpus(report: NvmlReport, utilization: float) -> CheckResult:
             findings.append(
                 {"gpu": g.index, "finding": "stranded", "bytes": held, "pids": [p.pid for p in others]}
             )
-            status = max(status, Status.WARN, key=_rank)
+            status = worst([status, Status.WARN])
             fixes.append(
                 f"GPU{g.index}: stop pid {pids} (a leftover vLLM/engine, a notebook, a test) — "
                 "`kill <pid>`; for a dead container `docker rm -f vllm-station`"
@@ -336,7 +337,7 @@ def assess_gpus(report: NvmlReport, utilization: float) -> CheckResult:
                 "(another PID namespace/container)"
             )
             findings.append({"gpu": g.index, "finding": "held-invisible", "bytes": unexplained})
-            status = max(status, Status.WARN, key=_rank)
+            status = worst([status, Status.WARN])
             fixes.append(
                 f"GPU{g.index}: find the holder with `nvidia-smi` on the host (containers: `docker ps`); "
                 "a GPU whose holder is gone needs the process's container stopped or a reboot"
@@ -369,10 +370,6 @@ def assess_gpus(report: NvmlReport, utilization: float) -> CheckResult:
         fix=" / ".join(fixes) if fixes else None,
         details=details,
     )
-
-
-def _rank(status: Status) -> int:
-    return [Status.PASS, Status.SKIP, Status.WARN, Status.FAIL].index(status)
 
 
 @check("gpu", description="NVML: GPUs, driver, memory, processes holding memory, utilization fits")

@@ -16,16 +16,17 @@ from typing import Any
 
 from vllm_station import argtypes, options, textfile
 from vllm_station.commands.preflight.core import (
+    STATUSES,
     CheckResult,
     Context,
     PreflightConfig,
-    Status,
     exit_code,
     load_checks,
     run_checks,
 )
 from vllm_station.errors import UsageError
 from vllm_station.host import container as rt
+from vllm_station.status import Status
 
 JSON_VERSION = 1
 
@@ -128,7 +129,7 @@ def build_config(args: argparse.Namespace) -> PreflightConfig:
 def make_report(
     results: list[CheckResult], root: Path, config: Path | None, elapsed_ms: float
 ) -> PreflightReport:
-    summary = {s.value: sum(1 for r in results if r.status is s) for s in Status}
+    summary = {s.value: sum(1 for r in results if r.status is s) for s in STATUSES}
     worst = "FAIL" if summary["FAIL"] else "WARN" if summary["WARN"] else "PASS"
     return PreflightReport(
         version=JSON_VERSION,

@@ -8,7 +8,8 @@ two-station issue) runs only when the configuration has a `pair` section.
 
 Adding a module of checks::
 
-    from vllm_station.commands.preflight.core import CheckResult, Context, Status, check
+    from vllm_station.commands.preflight.core import CheckResult, Context, check
+    from vllm_station.status import Status
 
     @check("rail-link", group="pair", description="rail interface up, MTU 9000")
     def rail_link(ctx: Context) -> CheckResult:
@@ -21,7 +22,6 @@ and list the module in `CHECK_MODULES` below.
 from __future__ import annotations
 
 import dataclasses
-import enum
 import importlib
 import json
 import logging
@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 
 from vllm_station import bounded
 from vllm_station.errors import StationError, UsageError
+from vllm_station.status import Status
 
 log = logging.getLogger(__name__)
 
@@ -46,11 +47,8 @@ CHECK_MODULES: tuple[str, ...] = (
 GiB = 1024**3
 
 
-class Status(enum.StrEnum):
-    PASS = "PASS"
-    WARN = "WARN"
-    FAIL = "FAIL"
-    SKIP = "SKIP"
+# What a preflight check gives (vllm_station.status: no PENDING here), in the order of the JSON's summary.
+STATUSES: tuple[Status, ...] = (Status.PASS, Status.WARN, Status.FAIL, Status.SKIP)
 
 
 @dataclass

@@ -28,6 +28,7 @@ import ipaddress
 import re
 import resource
 import socket
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -39,15 +40,16 @@ from vllm_station.api.transport import SyncHttp
 from vllm_station.checkpoint.stamp import STAMP_NAME, Stamp, StampError, StampMissing, read_stamp
 from vllm_station.commands.preflight.checks import nvml_report
 from vllm_station.commands.preflight.core import (
+    CheckFn,
     CheckResult,
     Context,
     GiB,
     PairConfig,
     SkipCheck,
-    Status,
     check,
 )
 from vllm_station.host.nvml import GpuProcess, NvmlUnavailable
+from vllm_station.status import Status
 
 EXPECTED_MTU = 9000
 PEER_CONNECT_TIMEOUT_S = 2.0
@@ -94,6 +96,58 @@ def _missing(name: str, option: str, what: str) -> CheckResult:
     )
 
 
+class _NotSet(Exception):
+    """A setting the check needs is not in the config: the check's FAIL names the option (`_missing`)."""
+
+    def __init__(self, option: str, what: str) -> None:
+        super().__init__(option)
+        self.option, self.what = option, what
+
+
+RAIL_INTERFACE = ("railInterface", "which interface carries the RoCE rail")
+RAIL_HCA = ("railHca", "which RDMA device (NCCL_IB_HCA) serves the rail")
+
+
+def _need(value: str | None, setting: tuple[str, str]) -> str:
+    """`value`, or the check's FAIL naming the option `setting` = (option, what it says) when unset."""
+    if not value:
+        raise _NotSet(*setting)
+    return value
+
+
+PairCheckFn = Callable[[Context, PairConfig], CheckResult]
+
+
+def pair_check(name: str, description: str) -> Callable[[PairCheckFn], CheckFn]:
+    """Register a check of group "pair" that reads the pair's config: it gets it as its second argument,
+    and a setting it needs (`_need`) that is not set is its FAIL naming the option."""
+
+    def register(fn: PairCheckFn) -> CheckFn:
+        def run(ctx: Context) -> CheckResult:
+            try:
+                return fn(ctx, _pair(ctx))
+            except _NotSet as unset:
+                return _missing(name, unset.option, unset.what)
+
+        run.__name__, run.__doc__ = fn.__name__, fn.__doc__
+        return check(name, group="pair", description=description)(run)
+
+    return register
+
+
+class _Verdicts:
+    """One check's results with its name and threshold said once: `verdict(Status.WARN, figure, fix,
+    details)` is `CheckResult(name, Status.WARN, figure, threshold, fix, details)`."""
+
+    def __init__(self, name: str, threshold: str | None) -> None:
+        self.name, self.threshold = name, threshold
+
+    def __call__(
+        self, status: Status, figure: str, fix: str | None = None, details: dict[str, Any] | None = None
+    ) -> CheckResult:
+        return CheckResult(self.name, status, figure, self.threshold, fix, {} if details is None else details)
+
+
 def _read(path: Path) -> str | None:
     """A sysfs file's stripped text; None when missing; OSError text for unreadable (e.g. EINVAL)."""
     try:
@@ -112,12 +166,9 @@ def _listing(directory: Path) -> list[str]:
 # --- rail interface ------------------------------------------------------------------------------
 
 
-@check("rail-link", group="pair", description="the rail interface exists and is up (operstate)")
-def rail_link(ctx: Context) -> CheckResult:
-    pair = _pair(ctx)
-    iface = pair.rail_interface
-    if not iface:
-        return _missing("rail-link", "railInterface", "which interface carries the RoCE rail")
+@pair_check("rail-link", "the rail interface exists and is up (operstate)")
+def rail_link(ctx: Context, pair: PairConfig) -> CheckResult:
+    iface = _need(pair.rail_interface, RAIL_INTERFACE)
     directory = ctx.root / NET_DIR / iface
     threshold = "operstate up"
     if not directory.is_dir():
@@ -166,12 +217,9 @@ def _safe_read(path: Path) -> str | None:
         return None
 
 
-@check("rail-mtu", group="pair", description="the rail interface's MTU is 9000 (WARN otherwise)")
-def rail_mtu(ctx: Context) -> CheckResult:
-    pair = _pair(ctx)
-    iface = pair.rail_interface
-    if not iface:
-        return _missing("rail-mtu", "railInterface", "which interface carries the RoCE rail")
+@pair_check("rail-mtu", "the rail interface's MTU is 9000 (WARN otherwise)")
+def rail_mtu(ctx: Context, pair: PairConfig) -> CheckResult:
+    iface = _need(pair.rail_interface, RAIL_INTERFACE)
     expected = _expected_mtu(ctx)
     threshold = f"MTU {expected}"
     directory = ctx.root / NET_DIR / iface
@@ -209,12 +257,9 @@ def _port_dir(ctx: Context, hca: str) -> Path:
     return ctx.root / IB_DIR / hca / "ports" / PORT
 
 
-@check("rdma-device", group="pair", description="the RDMA device exists, port 1 ACTIVE, it is the rail's HCA")
-def rdma_device(ctx: Context) -> CheckResult:
-    pair = _pair(ctx)
-    hca = pair.rail_hca
-    if not hca:
-        return _missing("rdma-device", "railHca", "which RDMA device (NCCL_IB_HCA) serves the rail")
+@pair_check("rdma-device", "the RDMA device exists, port 1 ACTIVE, it is the rail's HCA")
+def rdma_device(ctx: Context, pair: PairConfig) -> CheckResult:
+    hca = _need(pair.rail_hca, RAIL_HCA)
     threshold = f"/{IB_DIR}/{hca} present, port {PORT} ACTIVE"
     directory = ctx.root / IB_DIR / hca
     if not directory.is_dir():
@@ -303,16 +348,9 @@ def _matching_indices(ctx: Context, hca: str, local: str | None, iface: str | No
     return sorted(found)
 
 
-@check(
-    "rdma-gid",
-    group="pair",
-    description="the configured GID index exists, is RoCE v2, carries the rail address",
-)
-def rdma_gid(ctx: Context) -> CheckResult:
-    pair = _pair(ctx)
-    hca = pair.rail_hca
-    if not hca:
-        return _missing("rdma-gid", "railHca", "which RDMA device (NCCL_IB_HCA) serves the rail")
+@pair_check("rdma-gid", "the configured GID index exists, is RoCE v2, carries the rail address")
+def rdma_gid(ctx: Context, pair: PairConfig) -> CheckResult:
+    hca = _need(pair.rail_hca, RAIL_HCA)
     index = pair.gid_index
     local, _ = _addresses(pair)
     port = _port_dir(ctx, hca)
@@ -423,17 +461,11 @@ def _peer_timeout(ctx: Context) -> float:
     return float(value) if ok else PEER_CONNECT_TIMEOUT_S
 
 
-@check(
-    "rail-peer",
-    group="pair",
-    description="the peer answers on the rail (TCP to its beaconPort or masterPort)",
-)
-def rail_peer(ctx: Context) -> CheckResult:
-    pair = _pair(ctx)
+@pair_check("rail-peer", "the peer answers on the rail (TCP to its beaconPort or masterPort)")
+def rail_peer(ctx: Context, pair: PairConfig) -> CheckResult:
     local, peer = _addresses(pair)
     peer_option = "workerAddress" if pair.role != "worker" else "headAddress"
-    if not peer:
-        return _missing("rail-peer", peer_option, "the peer station's rail address")
+    peer = _need(peer, (peer_option, "the peer station's rail address"))
     port, port_name = _probe_port(ctx, pair, peer)
     timeout = _peer_timeout(ctx)
     threshold = f"TCP {peer}:{port} ({port_name}) answers within {timeout:g} s" + (
@@ -628,9 +660,8 @@ def _short(rev: Any) -> str:
     return rev[:12] if isinstance(rev, str) else str(rev)
 
 
-@check("pair-revision", group="pair", description="both stations verified the same repo, revision and files")
-def pair_revision(ctx: Context) -> CheckResult:
-    pair = _pair(ctx)
+@pair_check("pair-revision", "both stations verified the same repo, revision and files")
+def pair_revision(ctx: Context, pair: PairConfig) -> CheckResult:
     cfg = ctx.config
     if cfg.model_dir is None:
         raise SkipCheck(
@@ -796,9 +827,8 @@ def _holds(p: GpuProcess) -> str:
     return f"{p.used_bytes / GiB:.1f} GiB" if p.used_bytes is not None else "an unknown amount"
 
 
-@check("pair-workers", group="pair", description="the vLLM worker of this station's rank holds this GPU")
-def pair_workers(ctx: Context) -> CheckResult:
-    pair = _pair(ctx)
+@pair_check("pair-workers", "the vLLM worker of this station's rank holds this GPU")
+def pair_workers(ctx: Context, pair: PairConfig) -> CheckResult:
     rank = pair.rank
     want = f"VLLM::Worker_TP{rank}"
     station = f"this station is rank {rank} ({pair.role})"
@@ -838,6 +868,11 @@ def pair_workers(ctx: Context) -> CheckResult:
             if p.used_bytes is None or p.used_bytes >= WORKER_MIN_BYTES:
                 gpus_of.setdefault(p.pid, set()).add(g.index)
     details: dict[str, Any] = {"rank": rank, "role": pair.role, "processes": rows}
+    verdict = _Verdicts("pair-workers", threshold)
+
+    def listed(found: list[dict[str, Any]]) -> str:
+        return "; ".join(r["text"] for r in found)
+
     holding = [r for r in rows if r["holds_weights"]]
     if not rows:
         raise SkipCheck(
@@ -847,11 +882,9 @@ def pair_workers(ctx: Context) -> CheckResult:
     workers = [r for r in holding if r["role"] == "worker"]
     wrong = [r for r in workers if r["tp_rank"] is not None and r["tp_rank"] != rank]
     if wrong:
-        return CheckResult(
-            "pair-workers",
+        return verdict(
             Status.FAIL,
-            "; ".join(r["text"] for r in wrong) + f", but {station}: the other rank's worker runs here",
-            threshold,
+            listed(wrong) + f", but {station}: the other rank's worker runs here",
             "the stations' ranks are swapped or both run one rank: check services.vllm-station.pair.role "
             "on both stations (vLLM's --node-rank follows it) and restart the worker, then the head",
             details,
@@ -860,14 +893,12 @@ def pair_workers(ctx: Context) -> CheckResult:
     untitled = [r for r in holding if r["tp_rank"] is None and r["role"] in ("worker", "engine")]
     if both or untitled:
         culprits = [r for r in holding if r["pid"] in both] or untitled
-        return CheckResult(
-            "pair-workers",
+        return verdict(
             Status.FAIL,
-            "; ".join(r["text"] for r in culprits)
+            listed(culprits)
             + ": one process holds the weights of both ranks (vLLM runs with tensor parallel size 1"
             + (" across GPUs" if both else ", its title names no TP rank")
             + f"), but {station} of a TP-2 pair",
-            threshold,
             "start vLLM with --tensor-parallel-size 2 --nnodes 2 (services.vllm-station.pair on both "
             "stations); `station weights-check` then shows about half the checkpoint per rank",
             details,
@@ -875,40 +906,33 @@ def pair_workers(ctx: Context) -> CheckResult:
     ours = [r for r in workers if r["tp_rank"] == rank]
     if len(ours) == 1:
         figure = f"{ours[0]['text']}; {station}"
-        return CheckResult("pair-workers", Status.PASS, figure, threshold, details=details)
+        return verdict(Status.PASS, figure, details=details)
     if len(ours) > 1:
-        return CheckResult(
-            "pair-workers",
+        return verdict(
             Status.WARN,
-            "; ".join(r["text"] for r in ours) + f": {len(ours)} processes of rank {rank} hold memory",
-            threshold,
+            listed(ours) + f": {len(ours)} processes of rank {rank} hold memory",
             "a leftover worker of an earlier start? stop the unit, `kill` the pid that is not the unit's, "
             "start again",
             details,
         )
     small = [r for r in rows if r["role"] == "worker" and r["tp_rank"] == rank]
     if small:
-        return CheckResult(
-            "pair-workers",
+        return verdict(
             Status.WARN,
-            "; ".join(r["text"] for r in small)
-            + f": under {WORKER_MIN_BYTES // GiB} GiB, the weights are not loaded yet",
-            threshold,
+            listed(small) + f": under {WORKER_MIN_BYTES // GiB} GiB, the weights are not loaded yet",
             f"loading takes minutes: {RUN_AFTER_START} again once the unit is active",
             details,
         )
     unknown = [r for r in holding if r["tp_rank"] is None]
     if unknown:
-        return CheckResult(
-            "pair-workers",
+        return verdict(
             Status.WARN,
-            "; ".join(r["text"] for r in unknown)
+            listed(unknown)
             + f": no TP rank readable in its title (is /proc/<pid>/cmdline readable?), {station}",
-            threshold,
             f"check with `nvidia-smi`: the process should be named {want}",
             details,
         )
     raise SkipCheck(
-        f"no vLLM worker holds a GPU here yet ({'; '.join(r['text'] for r in rows)}); {RUN_AFTER_START}",
+        f"no vLLM worker holds a GPU here yet ({listed(rows)}); {RUN_AFTER_START}",
         details=details,
     )
