@@ -187,6 +187,9 @@ def test_the_watchdogs_restart_is_counted_by_systemds_start_limit(station: Stati
     FIGURES.record("4th start within the hour (the watchdog's 2nd)", f"refused (Result={s['Result']})")
     st.wait_for("the watchdog's start-limit message",
                 lambda: "failed by its start limit (" in m.journal(WATCHDOG), 30)  # fmt: skip
+    # the look that said it writes its textfile just after (read once, it could still be the last look's)
+    st.wait_for("the watchdog's export of the start limit",
+                lambda: _watchdog_file(st).get("station_watchdog_unit_start_limit_hit") == 1, 30)  # fmt: skip
     exported = _watchdog_file(st)
     assert exported["station_watchdog_restarts_total"] == 2
     assert exported["station_watchdog_unit_start_limit_hit"] == 1
