@@ -44,9 +44,7 @@ def module_name(path: Path) -> str:
 
 
 def modules() -> dict[str, Path]:
-    return {
-        module_name(p): p for p in sorted(PACKAGE.rglob("*.py")) if "__pycache__" not in p.parts
-    }
+    return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py")) if "__pycache__" not in p.parts}
 
 
 def imports(name: str, path: Path, known: set[str]) -> Iterator[tuple[int, str]]:
@@ -281,7 +279,9 @@ def test_the_scan_sees_each_kind_of_import(tmp_path: Path) -> None:
     got = {t for _, t in imports("vllm_station.commands.a.core", pkg / "commands/a/core.py", known)}
     assert got == known
     assert {t: verb_of(t) for t in got if verb_of(t)} == {
-        "vllm_station.commands.a.util": "a", "vllm_station.commands.b": "b", "vllm_station.commands.c": "c"
+        "vllm_station.commands.a.util": "a",
+        "vllm_station.commands.b": "b",
+        "vllm_station.commands.c": "c",
     }
 
 
@@ -289,3 +289,43 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"a"}}) == [["a"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+# ---- one reader of systemd's unit state ------------------------------------------------------------
+
+SYSTEMD_READER = PACKAGE / "host" / "systemd.py"
+
+
+def systemctl_show_calls(tree: ast.AST) -> list[int]:
+    """Lines of a list or call that holds the string "show" next to something named like systemctl."""
+    found = []
+    for node in ast.walk(tree):
+        items = (
+            node.elts
+            if isinstance(node, ast.List | ast.Tuple)
+            else node.args
+            if isinstance(node, ast.Call)
+            else []
+        )
+        has_show = any(isinstance(i, ast.Constant) and i.value == "show" for i in items)
+        if has_show and "systemctl" in ast.unparse(node).lower():
+            found.append(node.lineno)
+    return found
+
+
+def test_only_the_host_layer_asks_systemctl_show() -> None:
+    """`systemctl show` is asked in host/systemd.py alone (its bound and its failure wording, once)."""
+    others = {
+        str(path.relative_to(PACKAGE)): lines
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path != SYSTEMD_READER and (lines := systemctl_show_calls(ast.parse(path.read_text())))
+    }
+    assert not others, f"use vllm_station.host.systemd.show instead: {others}"
+    assert systemctl_show_calls(ast.parse(SYSTEMD_READER.read_text())), (
+        "the scan no longer sees the reader's call"
+    )
+
+
+def test_the_show_scan_sees_a_second_reader() -> None:
+    code = 'argv = [systemctl, "show", "--property=ActiveState", unit]\nrun(self.systemctl, "show", unit)\n'
+    assert systemctl_show_calls(ast.parse(code)) == [1, 2]

@@ -299,7 +299,7 @@ def test_unit_reads_the_current_invocation(
     assert "unit vllm-station.service (invocation 0123456789abcdef0123456789abcdef)" in out
     calls = (tmp_path / "calls.log").read_text().splitlines()
     assert calls == [
-        "systemctl show -p InvocationID -p LoadState -- vllm-station.service",
+        "systemctl show --property=InvocationID,LoadState -- vllm-station.service",
         "journalctl _SYSTEMD_INVOCATION_ID=0123456789abcdef0123456789abcdef -o cat --no-pager",
     ]
 
@@ -314,7 +314,7 @@ def test_unit_all_invocations_and_no_invocation_read_the_unit(
     calls = (tmp_path / "calls.log").read_text().splitlines()
     assert calls == [
         "journalctl -u vllm-station.service -o cat --no-pager",
-        "systemctl show -p InvocationID -p LoadState -- vllm-station.service",
+        "systemctl show --property=InvocationID,LoadState -- vllm-station.service",
         "journalctl -u vllm-station.service -o cat --no-pager",
     ]
 

@@ -351,7 +351,7 @@ def fake_systemctl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
         'if [ "$state" = fail ]; then\n'
         '  echo "Failed to connect to bus: No such file or directory" >&2; exit 1\n'
         "fi\n"
-        'echo "$state"\n'
+        'echo "ActiveState=$state"\n'
     )
     exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
     (bindir / "state").write_text("active")
@@ -389,7 +389,7 @@ def test_worker_waits_until_the_head_stops(
         in err
     )
     calls = (fake_systemctl / "calls").read_text().splitlines()
-    assert calls == ["show --property=ActiveState --value vllm-station.service"]
+    assert calls == ["show --property=ActiveState -- vllm-station.service"]
 
 
 @pytest.mark.timing
@@ -451,8 +451,9 @@ def test_systemctl_failing_is_said_and_the_wait_still_runs(
     err = capsys.readouterr().err
     assert code == 0
     assert (
-        "cannot tell whether vllm-station.service is active (`systemctl show` exited 1: Failed to connect to "
-        f"bus: No such file or directory); waiting for the head {HEAD} anyway"
+        f"cannot tell whether vllm-station.service is active (`{fake_systemctl / 'systemctl'} show "
+        "--property=ActiveState -- vllm-station.service` exited 1: Failed to connect to bus: No such file or "
+        f"directory); waiting for the head {HEAD} anyway"
     ) in err
     assert "still listens on port" in err  # it did wait, to the bound
 

@@ -333,7 +333,7 @@ def test_unit_reads_the_current_invocation(
     out = capsys.readouterr().out
     assert "unit vllm-station.service (invocation 0123456789abcdef0123456789abcdef)" in out
     assert calls.read_text().splitlines() == [
-        "systemctl show -p InvocationID -p LoadState -- vllm-station.service",
+        "systemctl show --property=InvocationID,LoadState -- vllm-station.service",
         "journalctl _SYSTEMD_INVOCATION_ID=0123456789abcdef0123456789abcdef -o cat --no-pager",
     ]
 

@@ -75,6 +75,7 @@ from vllm_station.api.errors import HttpStatusError
 from vllm_station.api.prometheus import parse_prometheus
 from vllm_station.api.transport import SyncHttp
 from vllm_station.errors import EXIT_OK, StationError, UsageError
+from vllm_station.host import systemd
 from vllm_station.polling import check_seconds
 
 VERDICTS = ("ok", "busy", "wedged", "misconfigured", "overloaded", "down", "inactive", "no-baseline")
@@ -254,8 +255,11 @@ class Systemd:
         return proc.stdout
 
     def state(self) -> UnitState:
-        out = self._run("show", "--property=ActiveState,SubState,Result,NRestarts", self.unit)
-        props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+        try:
+            props = systemd.show(self.unit, ["ActiveState", "SubState", "Result", "NRestarts"],
+                                 systemctl=self.systemctl)  # fmt: skip
+        except systemd.SystemctlError as err:
+            raise StationError(str(err)) from None
         n = props.get("NRestarts", "0")
         return UnitState(
             props.get("ActiveState", "?"), props.get("SubState", "?"), props.get("Result", "?"),

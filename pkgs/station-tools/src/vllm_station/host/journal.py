@@ -20,6 +20,7 @@ from pathlib import Path
 
 from vllm_station import bounded
 from vllm_station.errors import Unreachable
+from vllm_station.host import systemd
 
 log = logging.getLogger(__name__)
 
@@ -60,21 +61,23 @@ def _run(argv: list[str], what: str) -> subprocess.CompletedProcess[bytes]:
 
 
 def invocation_id(unit: str) -> str | None:
-    """The unit's current invocation (`systemctl show -p InvocationID -p LoadState UNIT`); None if unknown.
+    """The unit's current invocation (`systemctl show --property=InvocationID,LoadState -- UNIT`); None if
+    unknown (no systemctl here, or it refused to say).
 
     A unit systemd does not know (`LoadState=not-found`) is Unreachable: its empty journal must not read
     as "no transport line yet" (PENDING)."""
-    systemctl = shutil.which("systemctl")
-    if systemctl is None:
-        return None
-    proc = _run([systemctl, "show", "-p", "InvocationID", "-p", "LoadState", "--", unit], "systemctl")
-    props = dict(line.split("=", 1) for line in decode(proc.stdout).splitlines() if "=" in line)
-    if proc.returncode == 0 and props.get("LoadState") == "not-found":
+    try:
+        props = systemd.show(unit, ["InvocationID", "LoadState"])
+    except systemd.SystemctlError as err:
+        if err.missing or err.exit_code is not None:
+            return None
+        raise Unreachable(str(err)) from err
+    if props.get("LoadState") == "not-found":
         raise Unreachable(
             f"systemd has no unit {unit} (LoadState=not-found): check the name (systemctl status {unit})"
         )
     value = props.get("InvocationID", "").strip()
-    return value if proc.returncode == 0 and re.fullmatch(r"[0-9a-f]{32}", value) else None
+    return value if re.fullmatch(r"[0-9a-f]{32}", value) else None
 
 
 def journal_argv(journalctl: str, unit: str, invocation: str | None) -> list[str]:

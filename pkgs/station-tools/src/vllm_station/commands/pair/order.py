@@ -15,8 +15,6 @@ Every line goes to `say` (stderr, prefixed `vllm-station pair:`); the return val
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import time
 from collections.abc import Callable
 
@@ -25,12 +23,12 @@ import httpx
 from vllm_station.api.beacon import Answer, ask_beacon
 from vllm_station.api.transport import SyncHttp
 from vllm_station.errors import EXIT_FAIL, EXIT_OK, EXIT_UNREACHABLE, UsageError
+from vllm_station.host import systemd
 from vllm_station.net import bare_host, tcp_probe
 from vllm_station.polling import Tick, poll
 
 REQUEST_TIMEOUT_S = 3.0  # one GET /ready (the shell version's curl --max-time 3)
 TCP_CONNECT_TIMEOUT_S = 2.0  # one connect to the head's rendezvous port
-SYSTEMCTL_TIMEOUT_S = 10.0
 
 Say = Callable[[str], None]
 
@@ -126,20 +124,10 @@ def _judge_engine(answer: Answer, worker: str, say: Say) -> int:
 
 def unit_state(unit: str) -> tuple[str | None, str | None]:
     """(ActiveState, None), or (None, why systemd could not be asked)."""
-    systemctl = shutil.which("systemctl")
-    if systemctl is None:
-        return None, "systemctl not found on PATH"
-    argv = [systemctl, "show", "--property=ActiveState", "--value", unit]
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=SYSTEMCTL_TIMEOUT_S, check=False)
-    except subprocess.TimeoutExpired:
-        return None, f"`{' '.join(argv)}` did not answer within {SYSTEMCTL_TIMEOUT_S:g} s"
-    except OSError as err:
-        return None, f"cannot run {systemctl}: {err.strerror or err}"
-    if proc.returncode != 0:
-        message = (proc.stderr.strip().splitlines() or ["no message"])[0][:200]
-        return None, f"`systemctl show` exited {proc.returncode}: {message}"
-    return proc.stdout.strip(), None
+        return systemd.show(unit, ["ActiveState"]).get("ActiveState", ""), None
+    except systemd.SystemctlError as err:
+        return None, str(err)
 
 
 def wait_head_stop(
