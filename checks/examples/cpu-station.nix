@@ -17,7 +17,12 @@
     enableAutoToolChoice = true;
     toolCallParser = "hermes";
     extraFlags = [ "--enforce-eager" ]; # CPU: no graph compilation (start in ~30 s)
-    environment.VLLM_CPU_KVCACHE_SPACE = "1"; # GiB of host memory for the KV cache
+    environment = {
+      VLLM_CPU_KVCACHE_SPACE = "1"; # GiB of host memory for the KV cache
+      # Its OpenMP threads sleep between parallel regions instead of spinning: on a machine that runs
+      # other work beside vLLM's CPU build (a test run, a desktop), spinning threads take its cores.
+      OMP_WAIT_POLICY = "PASSIVE";
+    };
     startTimeout = 600;
   };
 

@@ -62,6 +62,9 @@ SERVE_ENV = {
     "DO_NOT_TRACK": "1",
     "VLLM_CPU_KVCACHE_SPACE": "1",
     "TOKENIZERS_PARALLELISM": "false",
+    # OpenMP threads that sleep between parallel regions: spinning ones took the cores of the tests and
+    # servers beside them (a full check runs 3-4 vLLM engines and 4 test workers on 2 cores)
+    "OMP_WAIT_POLICY": "PASSIVE",
 }
 
 # Markers of the test tiers. pyproject.toml declares realvllm and slow.
