@@ -387,7 +387,8 @@ def test_the_units_state_from_systemctl_show(tmp_path: Path, show: str, state: U
     script.write_text(f'#!/bin/sh\necho "$@" >> {calls}\ncat {tmp_path / "out"}\n')
     script.chmod(0o755)
     assert Systemd(str(script), "vllm-station.service").state() == state
-    assert calls.read_text() == "show --property=ActiveState,SubState,Result,NRestarts -- vllm-station.service\n"
+    show = "show --property=ActiveState,SubState,Result,NRestarts -- vllm-station.service\n"
+    assert calls.read_text() == show
 
 
 def test_an_engine_state_unknown_is_a_wedge_of_unknown_cause_and_counts_as_waiting(
@@ -418,7 +419,7 @@ def test_the_wait_ends_at_a_look_exactly_on_its_deadline_and_names_a_state_it_ca
     assert pair.sleeps == [2.0, 2.0]
     assert got == (
         "a wedge caused by the worker; systemctl stop --no-block vllm-station.service; the head is not down "
-        f"after 4 s (`{script} show --property=ActiveState,SubState,Result,NRestarts -- vllm-station.service` "
-        "exited 4: gone); the worker's engine waits for a head; systemctl start --no-block "
-        "vllm-station.service"
+        f"after 4 s (`{script} show --property=ActiveState,SubState,Result,NRestarts -- "
+        "vllm-station.service` exited 4: gone); the worker's engine waits for a head; systemctl start "
+        "--no-block vllm-station.service"
     )
