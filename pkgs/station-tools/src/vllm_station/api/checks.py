@@ -275,6 +275,18 @@ def _weather_request(tool_choice: str) -> dict[str, Any]:
     }
 
 
+def _answer_details(res: ChatResult | StreamResult, v: _ToolVerdict, content: str) -> dict[str, Any]:
+    """What the report keeps of a get_weather answer, plain or streamed."""
+    return {
+        "finish_reason": res.finish_reason,
+        "usage": _usage(res.usage),
+        "tool_calls": len(res.tool_calls),
+        "name": res.tool_calls[0].name if len(res.tool_calls) == 1 else None,
+        "arguments": v.arguments,
+        "content_chars": len(content),
+    }
+
+
 def check_tool_call(
     api: ApiClient, model: str, tool_choice: str
 ) -> tuple[CheckResult, dict[str, Any] | None]:
@@ -287,14 +299,7 @@ def check_tool_call(
     log.debug("tool_call answer: %s", excerpt(json.dumps(res.raw), 400))
     v = judge_tool_calls(res.tool_calls, res.content)
     content = (res.content or "").strip()
-    d |= {
-        "finish_reason": res.finish_reason,
-        "usage": _usage(res.usage),
-        "tool_calls": len(res.tool_calls),
-        "name": res.tool_calls[0].name if len(res.tool_calls) == 1 else None,
-        "arguments": v.arguments,
-        "content_chars": len(content),
-    }
+    d |= _answer_details(res, v, content)
     fr = f"finish_reason={res.finish_reason}"
     if not v.ok:
         hint = _tool_hint(tool_choice) if not res.tool_calls else ""
@@ -321,13 +326,7 @@ def check_tool_call_stream(
     latency = time.perf_counter() - t0
     v = judge_tool_calls(res.tool_calls, res.content)
     content = (res.content or "").strip()
-    d |= {
-        "finish_reason": res.finish_reason,
-        "usage": _usage(res.usage),
-        "tool_calls": len(res.tool_calls),
-        "name": res.tool_calls[0].name if len(res.tool_calls) == 1 else None,
-        "arguments": v.arguments,
-        "content_chars": len(content),
+    d |= _answer_details(res, v, content) | {
         "chunks": res.chunks,
         "first_chunk_s": None if res.first_chunk_s is None else round(res.first_chunk_s, 4),
         "name_deltas": res.name_deltas.get(0) if res.tool_calls else None,
