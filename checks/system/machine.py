@@ -43,7 +43,7 @@ class Machine:
     leader: int = 0
     boot_seconds: float = 0.0
 
-    def start(self, timeout: float = 120) -> None:
+    def start(self, timeout: float = 300) -> None:
         """Boot the machine; again after `stop()` too (a reboot: a fresh volatile root, the same binds)."""
         self.work.mkdir(parents=True, exist_ok=True)
         self.leader = 0
