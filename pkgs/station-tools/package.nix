@@ -90,10 +90,11 @@ let
       ])
       # `station copy`'s tests run a real rsync daemon
       ++ [ rsync ];
-    # One worker per build core (pytest-xdist's setup hook adds `--numprocesses=$NIX_BUILD_CORES`), a
-    # file's tests on one worker: a module fixture runs once (with the hook's default `--dist load` a
-    # file's tests went to several workers, and each ran the file's fixture).
-    pytestFlagsArray = [ "--dist=loadfile" ];
+    # One process: with pytest-xdist's setup hook (`--numprocesses=$NIX_BUILD_CORES`) tests that wait on
+    # real servers and timeouts missed them beside each other on a loaded 2-core builder (two full checks,
+    # a different test each time), and with its default `--dist load` a file's module fixture ran on
+    # each worker.
+    dontUsePytestXdist = true;
     # Not in the build: every command against every hostile server (100 forked runs, each asserting a
     # 150 s wall-clock deadline under an address-space cap). A builder's load is not a measurement: the
     # build skips wall-clock tests (`timing`) for the same reason; scripts/check runs this file.
