@@ -190,7 +190,15 @@ def test_suite_passes_as_pytest_check_hook_runs_it(build: Build) -> None:
     counts = {k: int(suite.get(k, "0")) for k in ("tests", "failures", "errors", "skipped")}
     skips = sorted({s.get("message", "") for s in suite.iter("skipped")})
     print(f"build-env suite: {counts} ({summary})", *(f"  skipped: {m}" for m in skips), sep="\n")
-    assert counts["failures"] == 0 and counts["errors"] == 0, "\n".join([summary, *failed, r.stdout[-6000:]])
+    # each failure's own report first (its message and the end of its traceback): the run's output is long
+    # and a CI log keeps only its start
+    reports = [
+        f"{case.get('classname')}::{case.get('name')}: {bad.get('message', '')[:1500]}\n{(bad.text or '')[-2500:]}"
+        for case in suite.iter("testcase")
+        for bad in case
+        if bad.tag in ("failure", "error")
+    ]
+    assert counts["failures"] == 0 and counts["errors"] == 0, "\n".join([summary, *failed, *reports])
     assert counts["tests"] > MIN_TESTS, f"only {counts['tests']} tests ran: {summary}"
     assert r.returncode == 0, r.stdout[-4000:]
 

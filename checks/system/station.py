@@ -8,6 +8,7 @@ renders: units, /etc files, accounts (systemd-sysusers) and directories (systemd
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import re
@@ -135,18 +136,31 @@ def _nix_stdout(args: list[str]) -> str:
     return proc.stdout
 
 
+def _source_digest(pkg: Path) -> str:
+    """What the installed package was built from: every file under src/ and pyproject.toml."""
+    h = hashlib.sha256()
+    for f in sorted([pkg / "pyproject.toml", *(pkg / "src").rglob("*")]):
+        if f.is_file() and "__pycache__" not in f.parts and ".egg-info" not in str(f):
+            h.update(str(f.relative_to(pkg)).encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
 def station_venv(cache: Path) -> Path:
     """The `station` programs a station's store path would hold: the package installed (not editable) into
     a venv of Debian's /usr/bin/python3.11, so units see no file under /root or the repo (ProtectHome).
-    Dependencies are cached by pyproject.toml's hash and the checkout's path; the package is reinstalled
-    from src every run. One venv per checkout: two checkouts running this tier at once (worktrees) would
-    otherwise reinstall each other's package under a running machine, whose units then run the other
-    checkout's tools (seen: a restart refused by the other tools' preflight reading this one's config)."""
+    Dependencies are cached by pyproject.toml's hash and the checkout's path. One venv per checkout: two
+    checkouts running this tier at once (worktrees) would otherwise reinstall each other's package under a
+    running machine, whose units then run the other checkout's tools (seen: a restart refused by the other
+    tools' preflight reading this one's config). Within one checkout the system, monitoring and day-two
+    tiers run at once in different xdist workers: the package is reinstalled under a lock and only when
+    its sources changed (seen: one tier's reinstall removed `bin/station` under another tier's machine,
+    which then exited 127)."""
     pkg = CHECKS.parent / "pkgs" / "station-tools"
     digest = hashlib.sha256(
         (pkg / "pyproject.toml").read_bytes() + str(pkg.resolve()).encode()
     ).hexdigest()[:16]
     venv = cache / "system" / f"station-venv-{digest}"
+    venv.parent.mkdir(parents=True, exist_ok=True)
     pip = [
         str(venv / "bin" / "python"),
         "-m",
@@ -155,21 +169,29 @@ def station_venv(cache: Path) -> Path:
         "-q",
         "--disable-pip-version-check",
     ]
-    with (
-        tempfile.TemporaryDirectory() as build
-    ):  # a copy: setuptools writes build/ next to its source
-        src = Path(build) / "src"
-        shutil.copytree(
-            pkg,
-            src,
-            ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"),
-        )
-        if not (venv / ".deps-installed").exists():
-            shutil.rmtree(venv, ignore_errors=True)
-            run_checked(["/usr/bin/python3.11", "-m", "venv", str(venv)])
-            run_checked([*pip, str(src)], timeout=900)
-            (venv / ".deps-installed").touch()
-        run_checked([*pip, "--no-deps", "--force-reinstall", str(src)], timeout=300)
+    with (venv.parent / f"station-venv-{digest}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        source = _source_digest(pkg)
+        stamp = venv / ".source-installed"
+        if stamp.exists() and stamp.read_text() == source and (venv / "bin" / "station").exists():
+            return venv / "bin"
+        with (
+            tempfile.TemporaryDirectory() as build
+        ):  # a copy: setuptools writes build/ next to its source
+            src = Path(build) / "src"
+            shutil.copytree(
+                pkg,
+                src,
+                ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"),
+            )
+            if not (venv / ".deps-installed").exists():
+                shutil.rmtree(venv, ignore_errors=True)
+                run_checked(["/usr/bin/python3.11", "-m", "venv", str(venv)])
+                run_checked([*pip, str(src)], timeout=900)
+                (venv / ".deps-installed").touch()
+            stamp.unlink(missing_ok=True)
+            run_checked([*pip, "--no-deps", "--force-reinstall", str(src)], timeout=300)
+            stamp.write_text(source)
     return venv / "bin"
 
 

@@ -81,7 +81,7 @@ class Beacon:
     def url(self, path: str = "/ready") -> str:
         return url(self.host, self.port, path)
 
-    def wait_up(self, timeout: float = 15.0) -> None:
+    def wait_up(self, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
