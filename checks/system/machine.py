@@ -182,10 +182,14 @@ class Machine:
             units = [a for a in args[1:] if not a.startswith("-")] if args[:1] in (
                 ("start",), ("restart",), ("stop",), ("reload",)
             ) else []
+            if units and "dependency" in str(error):
+                # "A dependency job … failed": which one, and its own journal
+                failed = self.run(["systemctl", "--failed", "--plain", "--no-legend", "--full"], check=False)
+                units += [line.split()[0] for line in failed.stdout.splitlines() if line.split()]
             tails = [
                 f"---- journal of {u} (last 40 lines) ----\n"
                 + "\n".join(self.journal(u).splitlines()[-40:])
-                for u in units
+                for u in dict.fromkeys(units)
             ]
             raise MachineError("\n".join([str(error), *tails])) from None
 

@@ -190,6 +190,7 @@ def test_replay_sends_the_files_prompts_in_order_and_saves_the_answers(
             assert abs(r["sent_at"] - time.time()) < 120
 
 
+@pytest.mark.timing  # milliseconds against the simulator's schedule: a loaded machine delays them
 def test_saved_timings_and_token_counts_match_the_simulator(tmp_path: Path) -> None:
     prompts = _write(tmp_path / "p.jsonl", OPENAI, SHAREGPT)
     saved, report_path = tmp_path / "responses", tmp_path / "r.json"
