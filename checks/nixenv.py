@@ -7,6 +7,7 @@ when they exist under $STATION_CACHE/trees.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -18,6 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import nixcache
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
@@ -51,6 +53,8 @@ def require_nix() -> Path:
 
 
 # Where developers fetch each tree (README, Tests); scripts/check sets the variable when it is there.
+# the variables that name a fetched tree (scripts/check sets them; never edited once fetched)
+TREE_VARS = {"NIXPKGS_LIB", "NIXOS_TREE", "SOPS_NIX_TREE", "AGENIX_TREE", "DISKO_TREE"}
 TREE_DIRS = {"NIXPKGS_LIB": "nixpkgs-lib", "NIXOS_TREE": "nixos", "SOPS_NIX_TREE": "sops-nix", "AGENIX_TREE": "agenix"}
 
 
@@ -66,14 +70,45 @@ def require_tree(var: str, marker_file: str, what: str) -> Path:
     return path
 
 
-def run_nix(args: list[str], *, timeout: int = 600, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def run_nix(
+    args: list[str], *, timeout: int = 600, cwd: Path | None = None, extra_env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run a Nix program (args[0] its name); an evaluation whose inputs are all unchanged since an earlier
+    run is answered from nixcache's content-keyed cache (its docstring says what the key covers)."""
     d = require_nix()
-    env = dict(os.environ)
+    env = dict(os.environ, **(extra_env or {}))
     env["PATH"] = f"{d}:{env.get('PATH', '')}"
     env.setdefault("NIX_CONFIG", "experimental-features = nix-command flakes\nflake-registry =\nsubstituters =")
-    return subprocess.run(
-        [str(d / args[0]), *args[1:]], capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env, check=False
-    )
+    return nixcache.run(
+        [str(d / args[0]), *args[1:]], timeout=timeout, cwd=cwd, env=env, roots=_roots(),
+        cache=nixcache.EvalCache(CACHE / "nix-eval"), digest=_root_digest,
+    )  # fmt: skip
+
+
+def _roots() -> nixcache.Roots:
+    fetched = CACHE / "trees"
+    trees = {t for t in fetched.iterdir() if t.is_dir()} if fetched.is_dir() else set()
+    trees |= {Path(v) for k, v in os.environ.items() if k in TREE_VARS and v}
+    snapshots = (flake_snapshot(),) if flake_snapshot.cache_info().currsize else ()
+    return nixcache.Roots(repo=REPO, snapshots=snapshots, trees=tuple(sorted(trees)))
+
+
+_DIGESTS: dict[tuple[object, ...], str] = {}
+
+
+def _root_digest(root: Path) -> str:
+    """The content digest of the checkout or a snapshot of it, recomputed only when a file's size or
+    modification time changed (one stat per file per evaluation)."""
+    names = nixcache.repo_files(root) if root == REPO else nixcache.snapshot_files(root)
+    signature: list[object] = [str(root)]
+    for name in sorted(names):
+        with contextlib.suppress(OSError):
+            st = (root / name).lstat()
+            signature.append((name, st.st_size, st.st_mtime_ns))
+    sig = tuple(signature)
+    if sig not in _DIGESTS:
+        _DIGESTS[sig] = nixcache.files_digest(root, names)
+    return _DIGESTS[sig]
 
 
 def eval_json(args: list[str], *, timeout: int = 600) -> Any:

@@ -124,11 +124,9 @@ def _station(station: str) -> dict[str, Any]:
         "--argstr", "station", station,
         "--argstr", "optionUses", json.dumps(sorted(option_uses())),
     ]  # fmt: skip
-    env = dict(os.environ, PATH=f"{nix_bin()}:{os.environ.get('PATH', '')}", GC_INITIAL_HEAP_SIZE="1500M")
-    env.setdefault("NIX_CONFIG", "experimental-features = nix-command flakes\nflake-registry =\nsubstituters =")
-    proc = subprocess.run(
-        [str(require_nix() / "nix-instantiate"), "--eval", "--strict", "--json", *args],
-        capture_output=True, text=True, timeout=900, env=env, check=False,
+    proc = run_nix(
+        ["nix-instantiate", "--eval", "--strict", "--json", *args],
+        timeout=900, extra_env={"GC_INITIAL_HEAP_SIZE": "1500M"},
     )  # fmt: skip
     if proc.returncode != 0:
         raise AssertionError(f"nix-instantiate {' '.join(args[:1])} ({station}) failed:\n{proc.stderr[-4000:]}")
