@@ -9,8 +9,12 @@ An evaluation is a pure function of what it reads; the key is everything it can 
   snapshot time), a nixpkgs-style tree under `$STATION_CACHE/trees` or named by a `*_TREE`/`NIXPKGS_LIB`
   variable (fetched once and never edited: its path, inode, modification time and `.version`), or a
   `/nix/store` path (content-addressed by its name);
-- the environment a Nix expression or Nix itself reads (`NIX*`, `*_TREE`, `NIXPKGS_LIB`, `HOME`), the
-  machine's architecture, and the Nix binary (path, size, modification time).
+- the environment a Nix expression or Nix itself reads (`NIX*`, `*_TREE`, `NIXPKGS_LIB`, the content of
+  Nix's configuration files), the machine's architecture, and the Nix binary (path, size, modification time).
+
+The checkout's path and a snapshot's are not part of the key: another clone of the same commit (CI's) gets
+the same keys. They are written as placeholders in the key and in the kept output, and the current paths put
+back on a hit, so an output that names the checkout's path names the one asking.
 
 An argv naming any other path (a scratch copy a test mutates, a URL) is evaluated every time, as is
 everything that is not an evaluation (`nix store add-path`, `nix hash path`, `nix flake prefetch`, a
@@ -37,7 +41,9 @@ from pathlib import Path
 
 MAX_ENTRIES = 2000
 MAX_BYTES = 512 * 2**20
-ENV_PATTERN = re.compile(r"NIX.*|.*_TREE|NIXPKGS_LIB|HOME")
+ENV_PATTERN = re.compile(r"NIX.*|.*_TREE|NIXPKGS_LIB")
+# Nix's own configuration files (their content; the NIX_CONFIG variable is in the environment's part)
+NIX_CONF = ("/etc/nix/nix.conf", "{xdg}/nix/nix.conf")
 # an absolute path anywhere in an argument: `/a/b`, `path:/a/b`, `"/a/b"` inside an expression
 PATH_IN_ARG = re.compile(r"(?<![\w.~-])/[\w.+@=-]+(?:/[\w.+@=-]*)*")
 DRV_PATH = re.compile(r"/nix/store/[0-9a-df-np-sv-z]{32}-[\w.+?=-]+\.drv")
@@ -125,14 +131,41 @@ def key(
     if paths is None or (cwd is not None and path_identities(["", str(cwd)], roots, digest) is None):
         return None
     material = {
-        "argv": [Path(argv[0]).name, *argv[1:]],
-        "cwd": str(cwd or ""),
+        "argv": [Path(argv[0]).name, *(placeholders(a, roots) for a in argv[1:])],
+        "cwd": placeholders(str(cwd or ""), roots),
+        "nix.conf": [_read(f.format(xdg=env.get("XDG_CONFIG_HOME") or f"{env.get('HOME', '')}/.config"))
+                     for f in NIX_CONF],
         "paths": paths,
         "env": sorted((k, v) for k, v in env.items() if ENV_PATTERN.fullmatch(k)),
         "machine": platform.machine(),
         "nix": nix_identity(nix),
     }
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return ""
+
+
+def _places(roots: Roots) -> list[tuple[str, str]]:
+    """(path, placeholder) for the checkout and each snapshot, longest path first."""
+    pairs = [(str(roots.repo), "@REPO@"), *((str(s), f"@SNAPSHOT{n}@") for n, s in enumerate(roots.snapshots))]
+    return sorted(pairs, key=lambda p: -len(p[0]))
+
+
+def placeholders(text: str, roots: Roots) -> str:
+    for path, mark in _places(roots):
+        text = text.replace(path, mark)
+    return text
+
+
+def paths_back(text: str, roots: Roots) -> str:
+    for path, mark in _places(roots):
+        text = text.replace(mark, path)
+    return text
 
 
 class EvalCache:
@@ -212,9 +245,9 @@ def run(
     writes_drvs = "--read-write-mode" in argv or Path(argv[0]).name == "nix"
     if (kept := cache.get(k, writes_drvs)) is not None:
         log(env, "hit", argv)
-        return subprocess.CompletedProcess(argv, 0, *kept)
+        return subprocess.CompletedProcess(argv, 0, *(paths_back(text, roots) for text in kept))
     log(env, "miss", argv)
     proc = evaluate()
     if proc.returncode == 0:
-        cache.put(k, proc.stdout, proc.stderr)
+        cache.put(k, placeholders(proc.stdout, roots), placeholders(proc.stderr, roots))
     return proc

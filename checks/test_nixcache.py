@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -30,7 +31,7 @@ class Checkout:
         subprocess.run(["git", "init", "-q"], cwd=self.repo, check=True)
         (self.repo / "main.nix").write_text(
             '{ tree }: builtins.trace "a warning on stderr" ({ value = (import (tree + "/lib.nix")).answer; }'
-            ' // import ./part.nix)\n'
+            ' // import ./part.nix // { where = toString ./.; })\n'
         )
         (self.repo / "part.nix").write_text("{ part = 1; }\n")
         self.cache = nixcache.EvalCache(tmp / "cache")
@@ -61,7 +62,7 @@ def co(tmp_path: Path, nix: Path) -> Checkout:
 def test_an_unchanged_evaluation_is_answered_from_the_cache_with_its_warnings(co: Checkout) -> None:
     first = co.eval()
     assert first.returncode == 0, first.stderr
-    assert json.loads(first.stdout) == {"value": 42, "part": 1}
+    assert json.loads(first.stdout) == {"value": 42, "part": 1, "where": str(co.repo)}
     again = co.eval()
     assert (again.returncode, again.stdout, again.stderr) == (0, first.stdout, first.stderr)
     assert "a warning on stderr" in again.stderr
@@ -145,3 +146,16 @@ def test_paths_are_found_inside_arguments_and_expressions(tmp_path: Path) -> Non
     assert ids is not None and [i.split(":")[0] for i in ids] == ["repo", "snapshot", "store", "tree"]
     assert "repo:R" in ids and "snapshot:S" in ids
     assert nixcache.path_identities(["nix", "--argstr", "hub", "http://127.0.0.1:8/x"], roots, digest) is None
+
+
+def test_another_clone_of_the_same_files_shares_the_keys_and_gets_its_own_paths(co: Checkout) -> None:
+    """CI's clone lives elsewhere: the same files give the same keys, and an output naming the checkout
+    names the clone that asks."""
+    assert co.eval().returncode == 0
+    clone = co.repo.parent / "clone"
+    shutil.copytree(co.repo, clone)
+    co.roots = nixcache.Roots(repo=clone, snapshots=(), trees=co.roots.trees)
+    co.repo = clone
+    r = co.eval()
+    assert co.outcomes() == ["miss", "hit"]
+    assert json.loads(r.stdout) == {"value": 42, "part": 1, "where": str(clone)}
