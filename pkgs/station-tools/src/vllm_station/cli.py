@@ -129,6 +129,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "commands.golive.cli",
         "every gate in order (smoke, tools, agent, needle, bench): one JSON + HTML report",
     ),
+    "rollout": (
+        "commands.rollout.cli",
+        "upgrade the stations behind a gateway in turn: drain, switch, golive, undrain; rollback on NO-GO",
+    ),
 }
 
 

@@ -1,0 +1,474 @@
+"""The rollout: each station's steps, the waves of `--batch` stations, the report (`station-rollout/1`).
+
+Per station, in order (docs/rollout.md):
+
+1. `generation`: the station's system profile (`readlink /nix/var/nix/profiles/system`) before anything;
+2. `drain` (`station drain --reason rollout` on the station): out of the gateways' rotation;
+3. `switch` (`nixos-rebuild switch --flake FLAKE#NAME --target-host HOST`, or the `--switch-command`);
+4. `wait-ready` (`station wait-ready` against the station's URL, bounded by `--ready-timeout`);
+5. `golive` (`station golive` against the station directly: GO or NO-GO);
+6. on GO `undrain` (`station undrain` on the station): the station is upgraded.
+
+Any failure in 3-5 (a failed or hung switch, not ready in time, a NO-GO): read the generation again; if the
+switch changed it, `rollback` (`nixos-rebuild switch --rollback --target-host HOST`) and check that the
+generation is the one read in 1; then `wait-ready` and `golive` on the old generation, and `undrain` only
+on its GO — otherwise the station stays drained, and the report says so loudly. A switch that did not
+change the generation (it failed before activating) is not rolled back: `--rollback` would go one
+generation further back. The rollout stops after a failure: the stations not reached are never touched.
+
+Every command runs through `process.run_bounded`: a deadline (its process group is stopped there), a
+bounded tail of its output kept in the report, redacted (`vllm_station.redact`).
+"""
+
+from __future__ import annotations
+
+import shlex
+import string
+import sys
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from vllm_station import bounded, process, redact
+from vllm_station.commands.rollout.fleet import Station
+from vllm_station.errors import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREACHABLE, UsageError
+
+SCHEMA = "station-rollout/1"
+SSH_UNREACHABLE = 255  # ssh's exit status when it could not reach the host (or the connection failed)
+REMOTE = "{remote}"
+PLACEHOLDERS = ("name", "host", "url", "flake", "timeout")
+OUTPUT_KEEP = 4000  # characters of each stream kept in the report, per command
+GOLIVE_KEEP = 8 << 20  # golive's JSON on stdout is read whole (its gates' reports), up to this
+SLACK_S = 60.0  # a wait-ready run through ssh: its own --timeout, plus this for the connection
+
+DRAIN = "{remote} station drain --reason rollout"
+UNDRAIN = "{remote} station undrain"
+
+
+@dataclass(frozen=True)
+class Templates:
+    """The commands, as templates (shell words; `{name}` `{host}` `{url}` `{flake}` `{timeout}` filled
+    in each word; a first word `{remote}` runs the rest on the station through `remote`)."""
+
+    remote: str = "ssh -o BatchMode=yes {host}"
+    switch: str = "nixos-rebuild switch --flake {flake}#{name} --target-host {host}"
+    rollback: str = "nixos-rebuild switch --rollback --target-host {host}"
+    generation: str = "{remote} readlink /nix/var/nix/profiles/system"
+    wait: str = "{remote} station wait-ready --base-url {url} --timeout {timeout} --json"
+    golive: str = "{remote} station golive --base-url {url} --json --quiet"
+
+
+OPTION = {
+    "remote": "--remote-command",
+    "switch": "--switch-command",
+    "rollback": "--rollback-command",
+    "generation": "--generation-command",
+    "wait": "--wait-command",
+    "golive": "--golive-command",
+}
+
+
+@dataclass(frozen=True)
+class Deadlines:
+    command: float = 120.0  # generation, drain, undrain
+    switch: float = 3600.0  # switch, rollback
+    ready: float = 900.0  # wait-ready's own --timeout ({timeout}); the run's deadline adds SLACK_S
+    golive: float = 14400.0  # the golive module's TimeoutStartSec
+
+
+@dataclass(frozen=True)
+class Options:
+    stations: list[Station]
+    batch: int = 1
+    flake: str = "."
+    templates: Templates = Templates()
+    deadlines: Deadlines = Deadlines()
+    quiet: bool = False
+
+
+@dataclass(frozen=True)
+class Commands:
+    """One station's commands, expanded (what runs; the dry run prints them)."""
+
+    generation: list[str]
+    drain: list[str]
+    switch: list[str]
+    wait: list[str]
+    golive: list[str]
+    undrain: list[str]
+    rollback: list[str]
+
+
+@dataclass
+class StepRecord:
+    step: str  # generation | drain | switch | wait-ready | golive | undrain | rollback
+    generation: str | None  # new | old: which system the step ran against (None: drain, undrain)
+    argv: list[str]
+    deadline_s: float
+    when: str | None = None  # in a plan: when the step runs (None: always)
+    ok: bool | None = None  # None: planned, not run
+    exit_code: int | None = None  # None: not run, killed at its deadline or could not start
+    timed_out: bool = False
+    seconds: float = 0.0
+    summary: str = "planned"
+    stdout: str = ""  # the tail of each stream (OUTPUT_KEEP characters), redacted
+    stderr: str = ""
+    output_cut: bool = False
+    gates: list[dict[str, Any]] | None = None  # golive: each gate's name, held, summary
+
+
+@dataclass
+class StationRecord:
+    name: str
+    host: str
+    url: str
+    # planned | untouched | upgraded | rolled-back | left-drained | unreachable | not-drained | interrupted
+    state: str = "untouched"
+    routed: bool | None = None  # in rotation at the end (None: never taken out)
+    generation_before: str | None = None
+    generation_after: str | None = None
+    failure: str | None = None  # what went wrong, one line (None: upgraded or not reached)
+    seconds: float = 0.0
+    steps: list[StepRecord] = field(default_factory=list)
+
+
+@dataclass
+class RolloutReport:
+    schema: str
+    started_at: str
+    finished_at: str
+    dry_run: bool
+    batch: int
+    flake: str
+    result: str  # planned | upgraded | failed | unreachable | interrupted
+    exit_code: int
+    failure: str | None
+    stations: list[StationRecord]
+
+
+# ---- templates -------------------------------------------------------------------------------------
+
+
+def _fill(word: str, option: str, values: dict[str, str]) -> str:
+    try:
+        fields = [f for _, f, spec, conv in string.Formatter().parse(word) if f is not None or spec or conv]
+        for f in fields:
+            if f not in PLACEHOLDERS:
+                raise UsageError(
+                    f"{option}: unknown placeholder {{{f}}}; the placeholders: "
+                    + " ".join("{" + p + "}" for p in PLACEHOLDERS)
+                    + (f", and {REMOTE} as the first word" if option != OPTION["remote"] else "")
+                )
+        return word.format_map(values)
+    except (ValueError, IndexError) as exc:  # an unmatched brace, a format spec
+        raise UsageError(f"{option}: cannot fill {word!r} ({exc}); write a literal brace as {{{{ or }}}}") from None
+
+
+def expand(template: str, option: str, values: dict[str, str], remote: list[str] | None) -> list[str]:
+    """The argv of `template` for one station. A first word `{remote}` is the remote runner (`remote`),
+    and the words after it are shell-quoted: ssh joins them with spaces for the station's shell."""
+    try:
+        words = shlex.split(template)
+    except ValueError as exc:
+        raise UsageError(f"{option} {template!r}: {exc}") from None
+    if not words:
+        raise UsageError(f"{option}: empty; give a command")
+    if REMOTE in words[1:] or (words[0] == REMOTE and remote is None):
+        raise UsageError(f"{option}: {REMOTE} may only be the first word of a command run on the station")
+    if words[0] == REMOTE:
+        assert remote is not None
+        if len(words) == 1:
+            raise UsageError(f"{option}: {REMOTE} alone runs nothing; add the command for the station")
+        return [*remote, *(shlex.quote(_fill(w, option, values)) for w in words[1:])]
+    return [_fill(w, option, values) for w in words]
+
+
+def commands_for(st: Station, opts: Options) -> Commands:
+    """Every command of `st`, expanded; a bad template is a UsageError naming its option."""
+    t, d = opts.templates, opts.deadlines
+    base = {"name": st.name, "host": st.host, "url": st.url, "flake": opts.flake}
+
+    def values(timeout: float) -> dict[str, str]:
+        return {**base, "timeout": f"{timeout:g}"}
+
+    remote = expand(t.remote, OPTION["remote"], values(d.command), None)
+
+    def cmd(template: str, option: str, timeout: float) -> list[str]:
+        return expand(template, option, values(timeout), remote)
+
+    return Commands(
+        generation=cmd(t.generation, OPTION["generation"], d.command),
+        drain=cmd(DRAIN, OPTION["remote"], d.command),
+        switch=cmd(t.switch, OPTION["switch"], d.switch),
+        wait=cmd(t.wait, OPTION["wait"], d.ready),
+        golive=cmd(t.golive, OPTION["golive"], d.golive),
+        undrain=cmd(UNDRAIN, OPTION["remote"], d.command),
+        rollback=cmd(t.rollback, OPTION["rollback"], d.switch),
+    )
+
+
+# ---- the plan (--dry-run) --------------------------------------------------------------------------
+
+
+def plan_steps(cmds: Commands, d: Deadlines) -> list[StepRecord]:
+    wait_s = d.ready + SLACK_S
+    return [
+        StepRecord("generation", None, cmds.generation, d.command),
+        StepRecord("drain", None, cmds.drain, d.command),
+        StepRecord("switch", "new", cmds.switch, d.switch),
+        StepRecord("wait-ready", "new", cmds.wait, wait_s),
+        StepRecord("golive", "new", cmds.golive, d.golive),
+        StepRecord("undrain", None, cmds.undrain, d.command, when="on GO"),
+        StepRecord("generation", None, cmds.generation, d.command, when="on a failure"),
+        StepRecord("rollback", "old", cmds.rollback, d.switch, when="on a failure, if the generation changed"),
+        StepRecord("generation", "old", cmds.generation, d.command, when="after a rollback"),
+        StepRecord("wait-ready", "old", cmds.wait, wait_s, when="on a failure"),
+        StepRecord("golive", "old", cmds.golive, d.golive, when="on a failure"),
+        StepRecord("undrain", None, cmds.undrain, d.command, when="on the old generation's GO"),
+    ]
+
+
+def waves(stations: list[Station], batch: int) -> list[list[Station]]:
+    return [stations[i : i + batch] for i in range(0, len(stations), batch)]
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def plan(opts: Options) -> RolloutReport:
+    """What `--dry-run` prints: every station's steps in order, commands expanded; nothing runs."""
+    stations = []
+    for st in opts.stations:
+        rec = StationRecord(st.name, st.host, st.url, state="planned")
+        rec.steps = plan_steps(commands_for(st, opts), opts.deadlines)
+        stations.append(rec)
+    t = now()
+    return RolloutReport(SCHEMA, t, t, True, opts.batch, opts.flake, "planned", EXIT_OK, None, stations)
+
+
+# ---- running it ------------------------------------------------------------------------------------
+
+
+class _Cancelled(Exception):
+    """Ctrl-C in the main thread: no station starts another step."""
+
+
+def _tail(text: str) -> tuple[str, bool]:
+    text = redact.redact(text)
+    return (text[-OUTPUT_KEEP:], True) if len(text) > OUTPUT_KEEP else (text, False)
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else ""
+
+
+def _golive_gates(stdout: str) -> tuple[str | None, list[dict[str, Any]] | None]:
+    """golive's result (go / no-go) and its gates, from its `--json` report; (None, None) if unreadable."""
+    try:
+        rep = bounded.loads_json(stdout)
+    except ValueError:
+        return None, None
+    if not isinstance(rep, dict) or not isinstance(rep.get("gates"), list):
+        return None, None
+    gates = [
+        {"name": str(g.get("name")), "held": g.get("held"), "summary": redact.redact(str(g.get("summary")))[:300]}
+        for g in rep["gates"]
+        if isinstance(g, dict)
+    ]
+    result = rep.get("result")
+    return (result if isinstance(result, str) else None), gates
+
+
+def _summary(step: str, ran: process.Ran, rec: StepRecord) -> str:
+    if ran.error is not None:
+        return ran.error
+    if ran.timed_out:
+        return f"killed at its deadline ({rec.deadline_s:g} s)"
+    if step == "golive" and rec.gates is not None:
+        failed = [g["name"] for g in rec.gates if g["held"] is False]
+        if ran.exit_code == 0 and not failed:
+            return f"GO ({len(rec.gates)} gates)"
+        what = f"not held: {', '.join(failed)}" if failed else f"exit {ran.exit_code}"
+        return f"NO-GO ({what})"
+    if step == "generation" and ran.exit_code == 0:
+        return ran.stdout.strip()[:300] or "(empty)"
+    if ran.exit_code == 0:
+        return "ok"
+    why = _last_line(redact.redact(ran.stderr)) or _last_line(redact.redact(ran.stdout))
+    if ran.exit_code == SSH_UNREACHABLE and why:
+        return f"exit {SSH_UNREACHABLE} (the remote runner could not reach the host?): {why}"
+    return f"exit {ran.exit_code}" + (f": {why}" if why else "")
+
+
+class Runner:
+    """Runs the steps of the stations (one thread per station of a wave); `say` prints progress."""
+
+    def __init__(self, opts: Options, say: Callable[[str], None]) -> None:
+        self.opts, self.say = opts, say
+        self.cancel = threading.Event()
+
+    def step(self, rec: StationRecord, name: str, generation: str | None, argv: list[str],
+             deadline_s: float, keep: int = OUTPUT_KEEP * 4) -> StepRecord:  # fmt: skip
+        if self.cancel.is_set():
+            raise _Cancelled
+        self.say(f"{rec.name}: {name}{f' ({generation})' if generation else ''} …")
+        ran = process.run_bounded(argv, timeout_s=deadline_s, keep=keep)
+        step = StepRecord(name, generation, list(argv), deadline_s)
+        step.exit_code, step.timed_out, step.seconds = ran.exit_code, ran.timed_out, round(ran.seconds, 3)
+        step.stdout, cut_out = _tail(ran.stdout)
+        step.stderr, cut_err = _tail(ran.stderr)
+        step.output_cut = ran.cut or cut_out or cut_err
+        ok = ran.exit_code == 0
+        if name == "golive":
+            result, step.gates = _golive_gates(ran.stdout)
+            ok = ok and result == "go"
+        if name == "generation" and not ran.stdout.strip():
+            ok = False
+        step.ok = ok
+        step.summary = _summary(name, ran, step)
+        rec.steps.append(step)
+        rec.seconds = round(rec.seconds + ran.seconds, 3)
+        self.say(f"{rec.name}: {name}{f' ({generation})' if generation else ''}: "
+                 f"{'ok' if ok else 'FAILED'} — {step.summary} ({ran.seconds:.1f} s)")  # fmt: skip
+        if self.cancel.is_set():
+            raise _Cancelled
+        return step
+
+    def upgrade(self, st: Station) -> StationRecord:
+        rec = StationRecord(st.name, st.host, st.url, state="in progress")
+        try:
+            self._upgrade(st, rec)
+        except _Cancelled:
+            last = rec.steps[-1].step if rec.steps else "its first step"
+            rec.state = "interrupted"
+            rec.failure = (f"{st.name}: interrupted (Ctrl-C) at {last}: check the station (drained? which "
+                           "generation?)")  # fmt: skip
+        return rec
+
+    def _upgrade(self, st: Station, rec: StationRecord) -> None:
+        d = self.opts.deadlines
+        cmds = commands_for(st, self.opts)
+        gen = self.step(rec, "generation", None, cmds.generation, d.command)
+        if not gen.ok:
+            unreachable = gen.exit_code == SSH_UNREACHABLE
+            rec.state = "unreachable" if unreachable else "not-drained"
+            rec.failure = f"{st.name}: cannot read its system generation: {gen.summary}; nothing was changed"
+            return
+        before = rec.generation_before = gen.stdout.strip()
+        drain = self.step(rec, "drain", None, cmds.drain, d.command)
+        if not drain.ok:
+            rec.state = "unreachable" if drain.exit_code == SSH_UNREACHABLE else "not-drained"
+            rec.failure = (f"{st.name}: drain failed: {drain.summary}; not switched (see `station drain "
+                           "--status` on it)")  # fmt: skip
+            return
+        rec.routed = False
+        failed = self._new_generation(rec, cmds)
+        if failed is None:
+            undrain = self.step(rec, "undrain", None, cmds.undrain, d.command)
+            rec.state = "upgraded"
+            if undrain.ok:
+                rec.routed = True
+            else:
+                rec.failure = (f"{st.name}: upgraded (GO) but undrain failed: {undrain.summary}; it is LEFT "
+                               "DRAINED: run `station undrain` on it")  # fmt: skip
+            after = self.step(rec, "generation", "new", cmds.generation, d.command)
+            rec.generation_after = after.stdout.strip() if after.ok else None
+            return
+        rec.failure = f"{st.name}: {failed}"
+        rec.failure += "; " + self._restore(rec, cmds, before)
+
+    def _new_generation(self, rec: StationRecord, cmds: Commands) -> str | None:
+        """Switch, wait-ready, golive: None on GO, else what failed (the step, and golive's gates)."""
+        d = self.opts.deadlines
+        switch = self.step(rec, "switch", "new", cmds.switch, d.switch)
+        if not switch.ok:
+            return f"switch failed: {switch.summary}"
+        ready = self.step(rec, "wait-ready", "new", cmds.wait, d.ready + SLACK_S)
+        if not ready.ok:
+            return f"not ready on the new generation: {ready.summary}"
+        golive = self.step(rec, "golive", "new", cmds.golive, d.golive, keep=GOLIVE_KEEP)
+        if not golive.ok:
+            return f"golive {golive.summary} on the new generation"
+        return None
+
+    def _restore(self, rec: StationRecord, cmds: Commands, before: str) -> str:
+        """Back to the generation read before the switch, and into rotation on its GO; what happened."""
+        d = self.opts.deadlines
+        now_gen = self.step(rec, "generation", None, cmds.generation, d.command)
+        if not now_gen.ok:
+            rec.state = "left-drained"
+            return (f"cannot read its generation after the failure ({now_gen.summary}), so it was not rolled "
+                    "back; it is LEFT DRAINED")  # fmt: skip
+        what = "the switch did not change its generation: no rollback"
+        if now_gen.stdout.strip() != before:
+            rollback = self.step(rec, "rollback", "old", cmds.rollback, d.switch)
+            if not rollback.ok:
+                rec.state = "left-drained"
+                return f"rollback failed: {rollback.summary}; it is LEFT DRAINED"
+            back = self.step(rec, "generation", "old", cmds.generation, d.command)
+            if not back.ok or back.stdout.strip() != before:
+                rec.state = "left-drained"
+                return (f"rolled back, but its generation is {back.summary}, not {before}; it is LEFT "
+                        "DRAINED")  # fmt: skip
+            what = f"rolled back to {before}"
+        rec.generation_after = before
+        ready = self.step(rec, "wait-ready", "old", cmds.wait, d.ready + SLACK_S)
+        golive = self.step(rec, "golive", "old", cmds.golive, d.golive, keep=GOLIVE_KEEP) if ready.ok else None
+        if golive is None or not golive.ok:
+            rec.state = "left-drained"
+            why = ready.summary if golive is None else f"golive {golive.summary}"
+            return f"{what}, but the old generation is not serving well either ({why}); it is LEFT DRAINED"
+        undrain = self.step(rec, "undrain", None, cmds.undrain, d.command)
+        if not undrain.ok:
+            rec.state = "left-drained"
+            return f"{what}, GO, but undrain failed: {undrain.summary}; it is LEFT DRAINED"
+        rec.state, rec.routed = "rolled-back", True
+        return f"{what}: GO, undrained"
+
+
+def run(opts: Options) -> RolloutReport:
+    """The rollout: waves of `opts.batch` stations, each station's steps in its own thread; stops after
+    the first wave with a failure (the stations after it stay untouched). Ctrl-C stops every command."""
+    started = now()
+    say = (lambda _t: None) if opts.quiet else (lambda t: print(f"rollout: {t}", file=sys.stderr, flush=True))
+    for st in opts.stations:
+        commands_for(st, opts)  # every template checked for every station before the first command
+    runner = Runner(opts, say)
+    records = {st.name: StationRecord(st.name, st.host, st.url) for st in opts.stations}
+    interrupted = stop = False
+    for wave in waves(opts.stations, opts.batch):
+        if stop:
+            break
+        say(f"wave: {', '.join(st.name for st in wave)}")
+        with ThreadPoolExecutor(max_workers=len(wave), thread_name_prefix="rollout") as pool:
+            futures = [pool.submit(runner.upgrade, st) for st in wave]
+            try:
+                done = [f.result() for f in futures]
+            except KeyboardInterrupt:
+                interrupted = True
+                runner.cancel.set()
+                process.stop_running()
+                done = [f.result() for f in futures]
+        for rec in done:
+            records[rec.name] = rec
+        stop = interrupted or any(r.state != "upgraded" or r.failure for r in done)
+    stations = [records[st.name] for st in opts.stations]
+    failures = [r.failure for r in stations if r.failure]
+    untouched = [r.name for r in stations if r.state == "untouched"]
+    if failures and untouched:
+        failures.append(f"not reached: {', '.join(untouched)}")
+    if interrupted:
+        result, code = "interrupted", EXIT_INTERRUPTED
+    elif not failures:
+        result, code = "upgraded", EXIT_OK
+    elif all(r.state == "unreachable" for r in stations if r.failure):
+        result, code = "unreachable", EXIT_UNREACHABLE
+    else:
+        result, code = "failed", EXIT_FAIL
+    return RolloutReport(SCHEMA, started, now(), False, opts.batch, opts.flake, result, code,
+                         "; ".join(failures) or None, stations)  # fmt: skip
