@@ -64,6 +64,10 @@ CLOSED_STDOUT: dict[str, list[list[str]]] = {
     "secrets": [["secrets", "--help"], ["secrets", "check", "--help"]],
     "drain": [["drain", "--help"]],
     "undrain": [["undrain", "--help"]],
+    "rollout": [
+        ["rollout", "--station", "a=h1", "--station", "b=h2", "--dry-run", "--json"],
+        ["rollout", "--help"],
+    ],
 }
 
 

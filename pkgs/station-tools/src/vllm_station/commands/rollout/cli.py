@@ -23,6 +23,7 @@ Ctrl-C (the report holds what finished).
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 
@@ -51,7 +52,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--batch", type=argtypes.count(hi=1000), default=1, metavar="K",
         help="stations upgraded at once, at most K out of rotation (default 1; less than the stations)",
     )  # fmt: skip
-    parser.add_argument("--flake", default=".", help="the flake of the stations' systems, {flake} (default .)")
+    parser.add_argument(
+        "--flake", default=".", help="the flake of the stations' systems, {flake} (default .)"
+    )
     parser.add_argument("--dry-run", action="store_true", help="print every station's steps; run nothing")
     for key, what in (
         ("remote", "the runner of a command on a station"),
@@ -130,7 +133,8 @@ def render_plan(rep: core.RolloutReport, opts: core.Options) -> str:
             for j, step in enumerate(by_name[st.name].steps, 1):
                 label = step.step + (f" ({step.generation})" if step.generation else "")
                 when = f"  [{step.when}]" if step.when else ""
-                lines.append(f"    {j:2d}. {label:<18} {' '.join(step.argv)}  (≤ {step.deadline_s:g} s){when}")
+                cmd = shlex.join(step.argv)
+                lines.append(f"    {j:2d}. {label:<18} {cmd}  (≤ {step.deadline_s:g} s){when}")
     lines.append("a failure stops the rollout after its wave: the stations after it are never touched")
     return "\n".join(lines)
 

@@ -164,7 +164,9 @@ def _fill(word: str, option: str, values: dict[str, str]) -> str:
                 )
         return word.format_map(values)
     except (ValueError, IndexError) as exc:  # an unmatched brace, a format spec
-        raise UsageError(f"{option}: cannot fill {word!r} ({exc}); write a literal brace as {{{{ or }}}}") from None
+        raise UsageError(
+            f"{option}: cannot fill {word!r} ({exc}); write a literal brace as {{{{ or }}}}"
+        ) from None
 
 
 def expand(template: str, option: str, values: dict[str, str], remote: list[str] | None) -> list[str]:
@@ -223,7 +225,9 @@ def plan_steps(cmds: Commands, d: Deadlines) -> list[StepRecord]:
         StepRecord("golive", "new", cmds.golive, d.golive),
         StepRecord("undrain", None, cmds.undrain, d.command, when="on GO"),
         StepRecord("generation", None, cmds.generation, d.command, when="on a failure"),
-        StepRecord("rollback", "old", cmds.rollback, d.switch, when="on a failure, if the generation changed"),
+        StepRecord(
+            "rollback", "old", cmds.rollback, d.switch, when="on a failure, if the generation changed"
+        ),
         StepRecord("generation", "old", cmds.generation, d.command, when="after a rollback"),
         StepRecord("wait-ready", "old", cmds.wait, wait_s, when="on a failure"),
         StepRecord("golive", "old", cmds.golive, d.golive, when="on a failure"),
@@ -276,7 +280,11 @@ def _golive_gates(stdout: str) -> tuple[str | None, list[dict[str, Any]] | None]
     if not isinstance(rep, dict) or not isinstance(rep.get("gates"), list):
         return None, None
     gates = [
-        {"name": str(g.get("name")), "held": g.get("held"), "summary": redact.redact(str(g.get("summary")))[:300]}
+        {
+            "name": str(g.get("name")),
+            "held": g.get("held"),
+            "summary": redact.redact(str(g.get("summary")))[:300],
+        }
         for g in rep["gates"]
         if isinstance(g, dict)
     ]
@@ -418,7 +426,9 @@ class Runner:
             what = f"rolled back to {before}"
         rec.generation_after = before
         ready = self.step(rec, "wait-ready", "old", cmds.wait, d.ready + SLACK_S)
-        golive = self.step(rec, "golive", "old", cmds.golive, d.golive, keep=GOLIVE_KEEP) if ready.ok else None
+        golive = None
+        if ready.ok:
+            golive = self.step(rec, "golive", "old", cmds.golive, d.golive, keep=GOLIVE_KEEP)
         if golive is None or not golive.ok:
             rec.state = "left-drained"
             why = ready.summary if golive is None else f"golive {golive.summary}"

@@ -1,0 +1,489 @@
+"""`station rollout` run for real, as a subprocess, against a lab of stand-in hosts.
+
+What cannot run here is stood in for by small executables this file writes into the lab, each recording its
+argv in one log, in order:
+
+* `ssh [-o OPT]… HOST WORDS…`: runs WORDS through `sh -c` as sshd does, "on" HOST: the host's own drain
+  directory (`station drain` writes its flag there), a `station` that is this package, and a `readlink`
+  that answers the host's system profile (`/nix/var/nix/profiles/system`). An unknown host is exit 255,
+  as ssh's "Could not resolve hostname".
+* `nixos-rebuild switch --flake F#NAME --target-host HOST` / `switch --rollback --target-host HOST`: moves
+  the host's profile to the next (previous) generation and restarts its station, a real `station simulate`
+  on the host's port, with what that generation serves (`gens/N.json`: the simulator's `--gates` mode;
+  `switch`: `ok`, `fail` before activating, `hang` after activating). It logs which hosts are drained at
+  that moment.
+
+The stations' checks are the real `station wait-ready` and `station golive` (smoke and the tool-call
+battery: a serving fault of the new generation is a NO-GO of its `tools` gate), run through the stand-in
+ssh against the simulators. nixos-rebuild cannot run here, which is why it is stood in for.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import free_port
+
+from vllm_station.cli import main
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+SSH = """#!/bin/sh
+# stand-in ssh: ssh [-o OPTION]... HOST COMMAND... (COMMAND through the host's shell, as sshd runs it)
+while [ "$1" = "-o" ]; do shift 2; done
+host="$1"; shift
+echo "ssh $host $*" >> "$LAB/log"
+if [ ! -d "$LAB/hosts/$host" ]; then
+  echo "ssh: Could not resolve hostname $host: Name or service not known" >&2; exit 255
+fi
+export HOSTDIR="$LAB/hosts/$host" STATION_DRAIN_DIR="$LAB/hosts/$host/drain"
+export STATION_STOPPING_FLAG="$LAB/hosts/$host/run/stopping" PATH="$LAB/remote-bin:$PATH"
+exec sh -c "$*"
+"""
+REMOTE_STATION = """#!/bin/sh
+exec {python} -m vllm_station "$@"
+"""
+REMOTE_READLINK = """#!/bin/sh
+if [ "$1" = /nix/var/nix/profiles/system ]; then exec cat "$HOSTDIR/profile"; fi
+exec /usr/bin/readlink "$@"
+"""
+NIXOS_REBUILD = """#!/bin/sh
+exec {python} "$LAB/standin.py" nixos-rebuild "$@"
+"""
+STANDIN = r'''
+import json, os, signal, subprocess, sys, time
+
+LAB = os.environ["LAB"]
+
+
+def path(host, name):
+    return os.path.join(LAB, "hosts", host, name)
+
+
+def read(host, name):
+    with open(path(host, name)) as f:
+        return f.read().strip()
+
+
+def write(host, name, text):
+    with open(path(host, name), "w") as f:
+        f.write(text)
+
+
+def stop_sim(host):
+    if not os.path.exists(path(host, "sim.pid")):
+        return
+    pid = int(read(host, "sim.pid"))
+    try:
+        os.killpg(pid, signal.SIGTERM)
+        for _ in range(600):
+            os.killpg(pid, 0)
+            time.sleep(0.05)
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    os.unlink(path(host, "sim.pid"))
+
+
+def start_sim(host, gen):
+    with open(path(host, f"gens/{gen}.json")) as f:
+        gates = json.load(f)["gates"]
+    log = open(path(host, f"sim-{gen}.log"), "ab")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vllm_station", "simulate", "--port", read(host, "port"), "--ttft", "0.002",
+         "--itl", "0.0005", "--max-model-len", "30000", "--model", "glm-sim", "--gates", gates],
+        stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+    write(host, "sim.pid", str(proc.pid))
+
+
+def activate(host, gen):
+    stop_sim(host)
+    write(host, "profile", f"system-{gen}-link")
+    start_sim(host, gen)
+
+
+def nixos_rebuild(argv):
+    hosts = sorted(os.listdir(os.path.join(LAB, "hosts")))
+    drained = [h for h in hosts if os.path.exists(path(h, "drain/drained"))]
+    with open(os.path.join(LAB, "log"), "a") as f:
+        f.write("nixos-rebuild " + " ".join(argv) + " drained=" + ",".join(drained) + "\n")
+    host = argv[argv.index("--target-host") + 1]
+    write(host, "switch.pid", str(os.getpid()))
+    current = int(read(host, "profile").split("-")[1])
+    if "--rollback" in argv:
+        activate(host, current - 1)
+        return 0
+    with open(path(host, f"gens/{current + 1}.json")) as f:
+        how = json.load(f).get("switch", "ok")
+    if how == "fail":
+        print("error: builder for '/nix/store/…-nixos-system.drv' failed with exit code 1", file=sys.stderr)
+        return 1
+    activate(host, current + 1)
+    if how == "hang":  # activation waits for a unit that never starts
+        print("activating the configuration...", flush=True)
+        time.sleep(3600)
+    return 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "nixos-rebuild":
+        sys.exit(nixos_rebuild(sys.argv[2:]))
+    if sys.argv[1] == "start":
+        start_sim(sys.argv[2], int(sys.argv[3]))
+'''
+
+# what golive runs in these tests: smoke and the tool-call battery (a serving fault fails `tools`)
+GOLIVE = "{remote} station golive --base-url {url} --json --quiet --skip agent,needle,bench --timeout 60"
+WAIT = "{remote} station wait-ready --base-url {url} --timeout {timeout} --interval 0.2 --json"
+FAULT = "zero_arg_dropped"  # a serving fault the tool-call battery catches (docs/gates.md)
+
+
+@dataclass
+class Lab:
+    root: Path
+    env: dict[str, str]
+
+    def host(self, host: str) -> Path:
+        return self.root / "hosts" / host
+
+    def add(self, host: str) -> str:
+        """A host serving generation 1 (the gates' reference answers) on a port of its own; its URL."""
+        d = self.host(host)
+        (d / "gens").mkdir(parents=True)
+        (d / "port").write_text(str(free_port()))
+        (d / "profile").write_text("system-1-link")
+        self.generation(host, 1, gates="reference")
+        subprocess.run([sys.executable, str(self.root / "standin.py"), "start", host, "1"], env=self.env,
+                       check=True, timeout=60)  # fmt: skip
+        return f"http://127.0.0.1:{(d / 'port').read_text()}"
+
+    def generation(self, host: str, n: int, gates: str = "reference", switch: str = "ok") -> None:
+        (self.host(host) / "gens" / f"{n}.json").write_text(json.dumps({"gates": gates, "switch": switch}))
+
+    def log(self) -> list[str]:
+        path = self.root / "log"
+        return path.read_text().splitlines() if path.exists() else []
+
+    def profile(self, host: str) -> str:
+        return (self.host(host) / "profile").read_text()
+
+    def drained(self, host: str) -> bool:
+        return (self.host(host) / "drain" / "drained").exists()
+
+    def fleet(self, stations: dict[str, str], urls: dict[str, str]) -> Path:
+        path = self.root / "fleet.json"
+        path.write_text(json.dumps({"stations": [
+            {"name": name, "host": host, "url": urls[host]} for name, host in stations.items()
+        ]}))  # fmt: skip
+        return path
+
+    def rollout(self, *argv: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "vllm_station", "rollout", "--wait-command", WAIT,
+             "--golive-command", GOLIVE, "--ready-timeout", "120", "--command-timeout", "120", *argv],
+            env=self.env, capture_output=True, text=True, timeout=timeout, check=False,
+        )  # fmt: skip
+
+
+def _wait_listening(port: int, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    raise AssertionError(f"nothing listens on {port} after {timeout_s} s")
+
+
+@pytest.fixture
+def lab(tmp_path: Path) -> Iterator[Lab]:
+    root = tmp_path / "lab"
+    for d in ("bin", "remote-bin", "hosts"):
+        (root / d).mkdir(parents=True)
+    python = sys.executable
+    for rel, text in (("bin/ssh", SSH), ("bin/nixos-rebuild", NIXOS_REBUILD.format(python=python)),
+                      ("remote-bin/station", REMOTE_STATION.format(python=python)),
+                      ("remote-bin/readlink", REMOTE_READLINK)):  # fmt: skip
+        (root / rel).write_text(text)
+        (root / rel).chmod(0o755)
+    (root / "standin.py").write_text(STANDIN)
+    env = {
+        **os.environ,
+        "LAB": str(root),
+        "PATH": f"{root / 'bin'}:{os.environ.get('PATH', '')}",
+        "PYTHONPATH": os.pathsep.join([str(SRC), *filter(None, [os.environ.get("PYTHONPATH")])]),
+    }
+    for var in ("STATION_DRAIN_DIR", "STATION_STOPPING_FLAG", "STATION_BASE_URL"):
+        env.pop(var, None)
+    yield Lab(root, env)
+    for pidfile in (root / "hosts").glob("*/*.pid"):
+        with contextlib.suppress(ProcessLookupError, PermissionError, ValueError):
+            os.killpg(int(pidfile.read_text()), signal.SIGKILL)
+
+
+def three(lab: Lab) -> tuple[dict[str, str], Path]:
+    """station-a..c on hosts ha..hc, each serving generation 1; the fleet file in that order."""
+    stations = {"station-a": "ha", "station-b": "hb", "station-c": "hc"}
+    urls = {host: lab.add(host) for host in stations.values()}
+    for url in urls.values():
+        _wait_listening(int(url.rsplit(":", 1)[1]))
+    return stations, lab.fleet(stations, urls)
+
+
+def _steps(station: dict[str, Any]) -> list[tuple[str, str | None, bool | None]]:
+    return [(s["step"], s["generation"], s["ok"]) for s in station["steps"]]
+
+
+# ---- the plan --------------------------------------------------------------------------------------
+
+
+def test_dry_run_lists_every_step_and_runs_nothing(lab: Lab) -> None:
+    out = lab.rollout("--station", "a=root@10.0.0.1", "--station", "b=10.0.0.2", "--station", "c=10.0.0.3",
+                      "--flake", "/etc/fleet", "--dry-run", "--json", "--quiet")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    rep = json.loads(out.stdout)
+    assert rep["schema"] == "station-rollout/1" and rep["dry_run"] is True and rep["result"] == "planned"
+    assert [s["name"] for s in rep["stations"]] == ["a", "b", "c"]
+    assert {s["state"] for s in rep["stations"]} == {"planned"}
+    a = rep["stations"][0]
+    ssh = ["ssh", "-o", "BatchMode=yes", "root@10.0.0.1"]
+    assert [(s["step"], s["argv"], s["when"]) for s in a["steps"][:6]] == [
+        ("generation", [*ssh, "readlink", "/nix/var/nix/profiles/system"], None),
+        ("drain", [*ssh, "station", "drain", "--reason", "rollout"], None),
+        ("switch", ["nixos-rebuild", "switch", "--flake", "/etc/fleet#a", "--target-host", "root@10.0.0.1"],
+         None),
+        ("wait-ready", [*ssh, "station", "wait-ready", "--base-url", "http://127.0.0.1:8000",
+                        "--timeout", "120", "--interval", "0.2", "--json"], None),
+        ("golive", [*ssh, "station", "golive", "--base-url", "http://127.0.0.1:8000", "--json", "--quiet",
+                    "--skip", "agent,needle,bench", "--timeout", "60"], None),
+        ("undrain", [*ssh, "station", "undrain"], "on GO"),
+    ]  # fmt: skip
+    rollback = next(s for s in a["steps"] if s["step"] == "rollback")
+    assert rollback["argv"] == ["nixos-rebuild", "switch", "--rollback", "--target-host", "root@10.0.0.1"]
+    assert rollback["ok"] is None and rollback["exit_code"] is None
+    assert lab.log() == [], "a dry run runs nothing"
+
+    text = lab.rollout("--station", "a=h1", "--station", "b=h2", "--station", "c=h3", "--batch", "2",
+                       "--dry-run")  # fmt: skip
+    assert text.returncode == 0, text.stderr
+    assert "wave 1: a, b" in text.stdout and "wave 2: c" in text.stdout
+    assert "1 of 3 always serving" in text.stdout and "nothing was run" in text.stdout
+    assert lab.log() == []
+
+
+def test_dry_run_default_templates(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["rollout", "--station", "a=h1", "--station", "b=h2", "--dry-run", "--json"]) == 0
+    steps = json.loads(capsys.readouterr().out)["stations"][1]["steps"]
+    argv = {(s["step"], s["generation"]): s["argv"] for s in steps}
+    assert argv[("switch", "new")] == ["nixos-rebuild", "switch", "--flake", ".#b", "--target-host", "h2"]
+    assert argv[("wait-ready", "new")] == [
+        "ssh", "-o", "BatchMode=yes", "h2", "station", "wait-ready", "--base-url", "http://127.0.0.1:8000",
+        "--timeout", "900", "--json",
+    ]  # fmt: skip
+    assert argv[("golive", "new")] == [
+        "ssh", "-o", "BatchMode=yes", "h2", "station", "golive", "--base-url", "http://127.0.0.1:8000",
+        "--json", "--quiet",
+    ]  # fmt: skip
+
+
+# ---- usage -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--station", "a=h1", "--station", "b=h2", "--station", "c=h3", "--batch", "3"],
+         "--batch 3: with 3 stations the fleet would have none serving; at most 2"),
+        (["--station", "a=h1", "--station", "b=h2", "--batch", "5"], "at most 1"),
+        (["--station", "a=h1"], "a rollout needs at least 2 stations"),
+        (["--station", "a=h1", "--station", "b=h2", "--batch", "0"], "argument --batch"),
+        (["--station", "a=h1", "--station", "a=h2"], "the station name 'a' is given twice"),
+        (["--station", "a=h1", "--station", "b=h1"], "the station host 'h1' is given twice"),
+        (["--station", "a=-oProxyCommand=x", "--station", "b=h2"], "not starting with -"),
+        (["--station", "a", "--station", "b=h2"], "must be NAME=HOST"),
+        (["--station", "a=h1", "--station", "b=h2", "--switch-command", "deploy {flake}#{nam}"],
+         "--switch-command: unknown placeholder {nam}"),
+        (["--station", "a=h1", "--station", "b=h2", "--switch-command", "deploy {remote} x"],
+         "--switch-command: {remote} may only be the first word"),
+        (["--station", "a=h1", "--station", "b=h2", "--golive-command", "station golive 'x"],
+         "--golive-command"),
+        (["--station", "a=h1", "--station", "b=h2", "--flake", "--x"], "--flake"),
+        (["--fleet", "/nonexistent/fleet.json"], "--fleet /nonexistent/fleet.json: not found"),
+        (["--station", "a=h1", "--station", "b=h2", "--golive-timeout", "nan"], "argument --golive-timeout"),
+    ],
+)
+def test_usage_errors_run_nothing(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["rollout", *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_fleet_files_json_and_toml(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    toml = tmp_path / "fleet.toml"
+    toml.write_text('[[stations]]\nname = "a"\nhost = "h1"\nurl = "http://127.0.0.1:8888"\n\n'
+                    '[[stations]]\nname = "b"\nhost = "h2"\n')  # fmt: skip
+    assert main(["rollout", "--fleet", str(toml), "--dry-run", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert [(s["name"], s["host"], s["url"]) for s in rep["stations"]] == [
+        ("a", "h1", "http://127.0.0.1:8888"), ("b", "h2", "http://127.0.0.1:8000")
+    ]  # fmt: skip
+    bad = {
+        "extra.json": ('{"stations": [{"name": "a", "host": "h1", "port": 1}]}',
+                       "stations[0]: unknown key port"),
+        "url.json": ('{"stations": [{"name": "a", "host": "h1", "url": "ftp://x"}, '
+                     '{"name": "b", "host": "h2"}]}', "stations[0]: url must be an http:// or https:// URL"),
+        "empty.json": ('{"stations": []}', "stations must be a non-empty list"),
+        "broken.toml": ("[[stations]\n", "cannot read it as TOML"),
+        "fleet.yaml": ("stations: []", "must end in .json or .toml"),
+        "type.json": ('{"stations": [{"name": 1, "host": "h1"}]}',
+                      "stations[0]: name must be a string, got number"),
+    }  # fmt: skip
+    for name, (text, message) in bad.items():
+        (tmp_path / name).write_text(text)
+        assert main(["rollout", "--fleet", str(tmp_path / name), "--dry-run"]) == 2, name
+        assert message in capsys.readouterr().err, name
+
+
+# ---- real rollouts ---------------------------------------------------------------------------------
+
+
+def test_three_stations_in_order_each_drained_before_its_switch(lab: Lab) -> None:
+    stations, fleet = three(lab)
+    for host in stations.values():
+        lab.generation(host, 2, gates="reference")
+    out = lab.rollout("--fleet", str(fleet), "--flake", "/srv/fleet", "--json")
+    assert out.returncode == 0, out.stderr + out.stdout
+    rep = json.loads(out.stdout)
+    assert rep["result"] == "upgraded" and rep["exit_code"] == 0 and rep["failure"] is None
+    assert [(s["name"], s["state"], s["routed"]) for s in rep["stations"]] == [
+        ("station-a", "upgraded", True), ("station-b", "upgraded", True), ("station-c", "upgraded", True)
+    ]  # fmt: skip
+    for s in rep["stations"]:
+        assert (s["generation_before"], s["generation_after"]) == ("system-1-link", "system-2-link")
+        assert _steps(s) == [("generation", None, True), ("drain", None, True), ("switch", "new", True),
+                             ("wait-ready", "new", True), ("golive", "new", True), ("undrain", None, True),
+                             ("generation", "new", True)]  # fmt: skip
+        golive = next(st for st in s["steps"] if st["step"] == "golive")
+        assert [(g["name"], g["held"]) for g in golive["gates"]] == [
+            ("smoke", True), ("tools", True), ("agent", None), ("needle", None), ("bench", None)
+        ]  # fmt: skip
+    # the order, station by station; each drained (and no other) when its switch ran
+    want = []
+    for name, host in stations.items():
+        want += [
+            f"ssh {host} readlink /nix/var/nix/profiles/system",
+            f"ssh {host} station drain --reason rollout",
+            f"nixos-rebuild switch --flake /srv/fleet#{name} --target-host {host} drained={host}",
+            f"ssh {host} station wait-ready",
+            f"ssh {host} station golive",
+            f"ssh {host} station undrain",
+            f"ssh {host} readlink /nix/var/nix/profiles/system",
+        ]
+    log = lab.log()
+    assert len(log) == len(want), log
+    for line, expected in zip(log, want, strict=True):
+        assert line.startswith(expected), (line, expected)
+    for host in stations.values():
+        assert lab.profile(host) == "system-2-link" and not lab.drained(host)
+
+
+def test_a_no_go_on_the_first_station_rolls_it_back_and_touches_no_other(lab: Lab) -> None:
+    _, fleet = three(lab)
+    lab.generation("ha", 2, gates=FAULT)
+    for host in ("hb", "hc"):
+        lab.generation(host, 2, gates="reference")
+    out = lab.rollout("--fleet", str(fleet), "--json")
+    assert out.returncode == 1, out.stderr + out.stdout
+    rep = json.loads(out.stdout)
+    assert rep["result"] == "failed" and rep["exit_code"] == 1
+    a, b, c = rep["stations"]
+    assert (a["state"], a["routed"]) == ("rolled-back", True)
+    assert (b["state"], c["state"]) == ("untouched", "untouched")
+    assert _steps(a) == [
+        ("generation", None, True), ("drain", None, True), ("switch", "new", True),
+        ("wait-ready", "new", True), ("golive", "new", False), ("generation", None, True),
+        ("rollback", "old", True), ("generation", "old", True), ("wait-ready", "old", True),
+        ("golive", "old", True), ("undrain", None, True),
+    ]  # fmt: skip
+    assert a["steps"][4]["summary"] == "NO-GO (not held: tools)"
+    assert "station-a: golive NO-GO (not held: tools) on the new generation" in a["failure"]
+    assert "rolled back to system-1-link: GO, undrained" in a["failure"]
+    assert "not reached: station-b, station-c" in rep["failure"]
+    assert b["steps"] == [] and c["steps"] == []
+    # the schema of a step that ran
+    assert set(a["steps"][4]) == {
+        "step", "generation", "argv", "deadline_s", "when", "ok", "exit_code", "timed_out", "seconds",
+        "summary", "stdout", "stderr", "output_cut", "gates",
+    }  # fmt: skip
+    assert set(rep) == {"schema", "started_at", "finished_at", "dry_run", "batch", "flake", "result",
+                        "exit_code", "failure", "stations"}  # fmt: skip
+    assert set(a) == {"name", "host", "url", "state", "routed", "generation_before", "generation_after",
+                      "failure", "seconds", "steps"}  # fmt: skip
+    assert "station rollout: failed: station-a: golive NO-GO (not held: tools)" in out.stderr
+    assert lab.profile("ha") == "system-1-link" and not lab.drained("ha")
+    assert lab.profile("hb") == lab.profile("hc") == "system-1-link"
+    assert not any("hb" in line or "hc" in line for line in lab.log()), lab.log()
+    assert [line for line in lab.log() if line.startswith("nixos-rebuild")] == [
+        "nixos-rebuild switch --flake .#station-a --target-host ha drained=ha",
+        "nixos-rebuild switch --rollback --target-host ha drained=ha",
+    ]
+
+
+def test_a_hung_switch_is_killed_at_its_deadline_and_rolled_back(lab: Lab) -> None:
+    _, fleet = three(lab)
+    lab.generation("ha", 2, switch="hang")
+    out = lab.rollout("--fleet", str(fleet), "--switch-timeout", "20", "--json", "--quiet")
+    assert out.returncode == 1, out.stderr + out.stdout
+    rep = json.loads(out.stdout)
+    a = rep["stations"][0]
+    switch = a["steps"][2]
+    assert (switch["step"], switch["ok"], switch["timed_out"]) == ("switch", False, True)
+    assert switch["exit_code"] is None and switch["summary"] == "killed at its deadline (20 s)"
+    assert "activating the configuration" in switch["stdout"]
+    assert "station-a: switch failed: killed at its deadline (20 s)" in a["failure"]
+    assert a["state"] == "rolled-back" and a["routed"] is True and [s["step"] for s in a["steps"]][5:] == [
+        "generation", "rollback", "generation", "wait-ready", "golive", "undrain"
+    ]  # fmt: skip
+    pid = int((lab.host("ha") / "switch.pid").read_text())
+    assert not Path(f"/proc/{pid}").exists(), "the killed switch was reaped"
+    assert lab.profile("ha") == "system-1-link" and not lab.drained("ha")
+    assert [s["state"] for s in rep["stations"][1:]] == ["untouched", "untouched"]
+
+
+def test_a_switch_that_fails_before_activating_is_not_rolled_back(lab: Lab) -> None:
+    """`--rollback` would take the station one generation further back than it was."""
+    _, fleet = three(lab)
+    lab.generation("ha", 2, switch="fail")
+    out = lab.rollout("--fleet", str(fleet), "--json", "--quiet")
+    assert out.returncode == 1, out.stderr + out.stdout
+    a = json.loads(out.stdout)["stations"][0]
+    assert [s["step"] for s in a["steps"]] == [
+        "generation", "drain", "switch", "generation", "wait-ready", "golive", "undrain"
+    ]  # fmt: skip
+    assert "builder for" in a["steps"][2]["summary"]
+    assert "the switch did not change its generation: no rollback" in a["failure"]
+    assert not any("--rollback" in line for line in lab.log())
+    assert a["state"] == "rolled-back" and lab.profile("ha") == "system-1-link" and not lab.drained("ha")
+
+
+def test_an_unreachable_host_is_exit_3_and_changes_nothing(lab: Lab) -> None:
+    url = lab.add("hb")
+    fleet = lab.fleet({"station-a": "nohost", "station-b": "hb"}, {"nohost": url, "hb": url})
+    out = lab.rollout("--fleet", str(fleet), "--json", "--quiet")
+    assert out.returncode == 3, out.stderr + out.stdout
+    rep = json.loads(out.stdout)
+    assert rep["result"] == "unreachable"
+    assert [s["state"] for s in rep["stations"]] == ["unreachable", "untouched"]
+    assert "Could not resolve hostname nohost" in rep["stations"][0]["failure"]
+    assert lab.log() == ["ssh nohost readlink /nix/var/nix/profiles/system"]
