@@ -303,8 +303,10 @@ def _summary(step: str, ran: process.Ran, rec: StepRecord) -> str:
             return f"GO ({len(rec.gates)} gates)"
         what = f"not held: {', '.join(failed)}" if failed else f"exit {ran.exit_code}"
         return f"NO-GO ({what})"
+    if step == "golive" and ran.exit_code == 0:
+        return "NO-GO (exit 0, but no golive report on stdout: does the golive command have --json?)"
     if step == "generation" and ran.exit_code == 0:
-        return ran.stdout.strip()[:300] or "(empty)"
+        return redact.redact(ran.stdout.strip())[:300] or "(empty)"
     if ran.exit_code == 0:
         return "ok"
     why = _last_line(redact.redact(ran.stderr)) or _last_line(redact.redact(ran.stdout))
