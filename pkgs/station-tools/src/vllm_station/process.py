@@ -13,6 +13,7 @@ stops every such command still running (Ctrl-C in the caller).
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import shutil
 import signal
@@ -21,7 +22,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import Any, cast
 
 from vllm_station.errors import StationError, UsageError
 
@@ -97,7 +98,7 @@ _running: set[subprocess.Popen[bytes]] = set()
 _running_lock = threading.Lock()
 
 
-def _drain(pipe: IO[bytes], keep: int, into: list[bytes], cut: list[bool]) -> None:
+def _drain(pipe: io.BufferedReader, keep: int, into: list[bytes], cut: list[bool]) -> None:
     """Read `pipe` to its end, keeping its last `keep` bytes (memory stays bounded whatever it writes)."""
     tail = bytearray()
     with contextlib.suppress(OSError, ValueError):  # the pipe closed under us (a grandchild held it)
@@ -135,7 +136,7 @@ def run_bounded(
     cut = [False]
     assert proc.stdout is not None and proc.stderr is not None
     readers = [
-        threading.Thread(target=_drain, args=(pipe, keep, into, cut), daemon=True)
+        threading.Thread(target=_drain, args=(cast(io.BufferedReader, pipe), keep, into, cut), daemon=True)
         for pipe, into in ((proc.stdout, outs[0]), (proc.stderr, outs[1]))
     ]
     for r in readers:

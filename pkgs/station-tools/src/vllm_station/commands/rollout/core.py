@@ -447,7 +447,11 @@ def run(opts: Options) -> RolloutReport:
     """The rollout: waves of `opts.batch` stations, each station's steps in its own thread; stops after
     the first wave with a failure (the stations after it stay untouched). Ctrl-C stops every command."""
     started = now()
-    say = (lambda _t: None) if opts.quiet else (lambda t: print(f"rollout: {t}", file=sys.stderr, flush=True))
+
+    def say(text: str) -> None:
+        if not opts.quiet:
+            print(f"rollout: {text}", file=sys.stderr, flush=True)
+
     for st in opts.stations:
         commands_for(st, opts)  # every template checked for every station before the first command
     runner = Runner(opts, say)
