@@ -487,3 +487,67 @@ def test_an_unreachable_host_is_exit_3_and_changes_nothing(lab: Lab) -> None:
     assert [s["state"] for s in rep["stations"]] == ["unreachable", "untouched"]
     assert "Could not resolve hostname nohost" in rep["stations"][0]["failure"]
     assert lab.log() == ["ssh nohost readlink /nix/var/nix/profiles/system"]
+
+
+def test_a_batch_of_two_upgrades_them_together_and_stops_after_its_wave(lab: Lab) -> None:
+    """--batch 2 of 3: station-a and station-b at once (never station-c out too); station-b's NO-GO stops
+    the rollout after that wave, station-a upgraded all the same, station-c untouched."""
+    _, fleet = three(lab)
+    lab.generation("ha", 2, gates="reference")
+    lab.generation("hb", 2, gates=FAULT)
+    lab.generation("hc", 2, gates="reference")
+    out = lab.rollout("--fleet", str(fleet), "--batch", "2", "--json")
+    assert out.returncode == 1, out.stderr + out.stdout
+    rep = json.loads(out.stdout)
+    assert rep["batch"] == 2
+    assert [(s["name"], s["state"], s["routed"]) for s in rep["stations"]] == [
+        ("station-a", "upgraded", True), ("station-b", "rolled-back", True), ("station-c", "untouched", None)
+    ]  # fmt: skip
+    assert rep["failure"].startswith("station-b: golive NO-GO (not held: tools) on the new generation")
+    assert rep["failure"].endswith("not reached: station-c")
+    switches = [line for line in lab.log() if line.startswith("nixos-rebuild")]
+    assert sorted(line.split(" drained=")[0] for line in switches) == [
+        "nixos-rebuild switch --flake .#station-a --target-host ha",
+        "nixos-rebuild switch --flake .#station-b --target-host hb",
+        "nixos-rebuild switch --rollback --target-host hb",
+    ]
+    for line in switches:  # at most the wave's two stations out of rotation, never the third
+        assert set(line.split(" drained=")[1].split(",")) <= {"ha", "hb"}, line
+    assert not any("hc" in line for line in lab.log())
+    assert lab.profile("ha") == "system-2-link" and lab.profile("hb") == lab.profile("hc") == "system-1-link"
+    assert not lab.drained("ha") and not lab.drained("hb")
+
+
+def test_ctrl_c_stops_the_running_command_and_reports_what_finished(lab: Lab) -> None:
+    _, fleet = three(lab)
+    lab.generation("ha", 2, switch="hang")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vllm_station", "rollout", "--fleet", str(fleet), "--json", "--quiet",
+         "--wait-command", WAIT, "--golive-command", GOLIVE],
+        env=lab.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
+    try:
+        switch_pid = lab.host("ha") / "switch.pid"
+        deadline = time.monotonic() + 300
+        while not switch_pid.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert switch_pid.exists(), "the switch never started"
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C, as a terminal sends it to the foreground group
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    rep = json.loads(stdout)
+    assert rep["result"] == "interrupted" and rep["exit_code"] == 130
+    a, b, c = rep["stations"]
+    assert a["state"] == "interrupted" and a["routed"] is False
+    assert a["failure"].startswith("station-a: interrupted (Ctrl-C) at switch")
+    assert a["steps"][-1]["step"] == "switch" and a["steps"][-1]["ok"] is False
+    assert (b["state"], c["state"]) == ("untouched", "untouched")
+    assert "WARNING: station-a (ha) is LEFT DRAINED" in stderr
+    assert not Path(f"/proc/{int(switch_pid.read_text())}").exists(), "the switch outlived the Ctrl-C"
+    assert not any("--rollback" in line for line in lab.log()), "after Ctrl-C nothing more runs"
