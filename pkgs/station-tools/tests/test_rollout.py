@@ -375,6 +375,7 @@ def test_three_stations_in_order_each_drained_before_its_switch(lab: Lab) -> Non
                              ("wait-ready", "new", True), ("golive", "new", True), ("undrain", None, True),
                              ("generation", "new", True)]  # fmt: skip
         golive = next(st for st in s["steps"] if st["step"] == "golive")
+        assert golive["summary"] == "GO (2 gates held, 3 skipped)"
         assert [(g["name"], g["held"]) for g in golive["gates"]] == [
             ("smoke", True), ("tools", True), ("agent", None), ("needle", None), ("bench", None)
         ]  # fmt: skip

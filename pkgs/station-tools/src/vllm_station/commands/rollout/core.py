@@ -300,7 +300,9 @@ def _summary(step: str, ran: process.Ran, rec: StepRecord) -> str:
     if step == "golive" and rec.gates is not None:
         failed = [g["name"] for g in rec.gates if g["held"] is False]
         if ran.exit_code == 0 and not failed:
-            return f"GO ({len(rec.gates)} gates)"
+            held = sum(g["held"] is True for g in rec.gates)
+            skipped = sum(g["held"] is None for g in rec.gates)
+            return f"GO ({held} gates held" + (f", {skipped} skipped)" if skipped else ")")
         what = f"not held: {', '.join(failed)}" if failed else f"exit {ran.exit_code}"
         return f"NO-GO ({what})"
     if step == "golive" and ran.exit_code == 0:
@@ -343,8 +345,11 @@ class Runner:
         step.summary = _summary(name, ran, step)
         rec.steps.append(step)
         rec.seconds = round(rec.seconds + ran.seconds, 3)
-        self.say(f"{rec.name}: {name}{f' ({generation})' if generation else ''}: "
-                 f"{'ok' if ok else 'FAILED'} — {step.summary} ({ran.seconds:.1f} s)")  # fmt: skip
+        said = "ok" if ok else "FAILED"
+        if step.summary != "ok":
+            said += f" — {step.summary}"
+        label = f"{name} ({generation})" if generation else name
+        self.say(f"{rec.name}: {label}: {said} ({ran.seconds:.1f} s)")
         if self.cancel.is_set():
             raise _Cancelled
         return step
