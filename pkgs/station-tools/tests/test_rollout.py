@@ -259,16 +259,18 @@ def test_dry_run_lists_every_step_and_runs_nothing(lab: Lab) -> None:
     assert {s["state"] for s in rep["stations"]} == {"planned"}
     a = rep["stations"][0]
     ssh = ["ssh", "-o", "BatchMode=yes", "root@10.0.0.1"]
-    assert [(s["step"], s["argv"], s["when"]) for s in a["steps"][:6]] == [
-        ("generation", [*ssh, "readlink", "/nix/var/nix/profiles/system"], None),
-        ("drain", [*ssh, "station", "drain", "--reason", "rollout"], None),
-        ("switch", ["nixos-rebuild", "switch", "--flake", "/etc/fleet#a", "--target-host", "root@10.0.0.1"],
-         None),
-        ("wait-ready", [*ssh, "station", "wait-ready", "--base-url", "http://127.0.0.1:8000",
-                        "--timeout", "120", "--interval", "0.2", "--json"], None),
-        ("golive", [*ssh, "station", "golive", "--base-url", "http://127.0.0.1:8000", "--json", "--quiet",
-                    "--skip", "agent,needle,bench", "--timeout", "60"], None),
-        ("undrain", [*ssh, "station", "undrain"], "on GO"),
+    wait = [*ssh, "station", "wait-ready", "--base-url", "http://127.0.0.1:8000", "--timeout", "120",
+            "--interval", "0.2", "--json"]  # fmt: skip
+    assert [(s["step"], s["generation"], s["argv"], s["when"]) for s in a["steps"][:7]] == [
+        ("generation", None, [*ssh, "readlink", "/nix/var/nix/profiles/system"], None),
+        ("wait-ready", "current", wait, None),
+        ("drain", None, [*ssh, "station", "drain", "--reason", "rollout"], None),
+        ("switch", "new", ["nixos-rebuild", "switch", "--flake", "/etc/fleet#a", "--target-host",
+                           "root@10.0.0.1"], None),
+        ("wait-ready", "new", wait, None),
+        ("golive", "new", [*ssh, "station", "golive", "--base-url", "http://127.0.0.1:8000", "--json",
+                           "--quiet", "--skip", "agent,needle,bench", "--timeout", "60"], None),
+        ("undrain", None, [*ssh, "station", "undrain"], "on GO"),
     ]  # fmt: skip
     rollback = next(s for s in a["steps"] if s["step"] == "rollback")
     assert rollback["argv"] == ["nixos-rebuild", "switch", "--rollback", "--target-host", "root@10.0.0.1"]
@@ -371,7 +373,8 @@ def test_three_stations_in_order_each_drained_before_its_switch(lab: Lab) -> Non
     ]  # fmt: skip
     for s in rep["stations"]:
         assert (s["generation_before"], s["generation_after"]) == ("system-1-link", "system-2-link")
-        assert _steps(s) == [("generation", None, True), ("drain", None, True), ("switch", "new", True),
+        assert _steps(s) == [("generation", None, True), ("wait-ready", "current", True),
+                             ("drain", None, True), ("switch", "new", True),
                              ("wait-ready", "new", True), ("golive", "new", True), ("undrain", None, True),
                              ("generation", "new", True)]  # fmt: skip
         golive = next(st for st in s["steps"] if st["step"] == "golive")
@@ -384,6 +387,7 @@ def test_three_stations_in_order_each_drained_before_its_switch(lab: Lab) -> Non
     for name, host in stations.items():
         want += [
             f"ssh {host} readlink /nix/var/nix/profiles/system",
+            f"ssh {host} station wait-ready",
             f"ssh {host} station drain --reason rollout",
             f"nixos-rebuild switch --flake /srv/fleet#{name} --target-host {host} drained={host}",
             f"ssh {host} station wait-ready",
@@ -412,18 +416,18 @@ def test_a_no_go_on_the_first_station_rolls_it_back_and_touches_no_other(lab: La
     assert (a["state"], a["routed"]) == ("rolled-back", True)
     assert (b["state"], c["state"]) == ("untouched", "untouched")
     assert _steps(a) == [
-        ("generation", None, True), ("drain", None, True), ("switch", "new", True),
-        ("wait-ready", "new", True), ("golive", "new", False), ("generation", None, True),
-        ("rollback", "old", True), ("generation", "old", True), ("wait-ready", "old", True),
-        ("golive", "old", True), ("undrain", None, True),
+        ("generation", None, True), ("wait-ready", "current", True), ("drain", None, True),
+        ("switch", "new", True), ("wait-ready", "new", True), ("golive", "new", False),
+        ("generation", None, True), ("rollback", "old", True), ("generation", "old", True),
+        ("wait-ready", "old", True), ("golive", "old", True), ("undrain", None, True),
     ]  # fmt: skip
-    assert a["steps"][4]["summary"] == "NO-GO (not held: tools)"
+    assert a["steps"][5]["summary"] == "NO-GO (not held: tools)"
     assert "station-a: golive NO-GO (not held: tools) on the new generation" in a["failure"]
     assert "rolled back to system-1-link: GO, undrained" in a["failure"]
     assert "not reached: station-b, station-c" in rep["failure"]
     assert b["steps"] == [] and c["steps"] == []
     # the schema of a step that ran
-    assert set(a["steps"][4]) == {
+    assert set(a["steps"][5]) == {
         "step", "generation", "argv", "deadline_s", "when", "ok", "exit_code", "timed_out", "seconds",
         "summary", "stdout", "stderr", "output_cut", "gates",
     }  # fmt: skip
@@ -448,12 +452,12 @@ def test_a_hung_switch_is_killed_at_its_deadline_and_rolled_back(lab: Lab) -> No
     assert out.returncode == 1, out.stderr + out.stdout
     rep = json.loads(out.stdout)
     a = rep["stations"][0]
-    switch = a["steps"][2]
+    switch = a["steps"][3]
     assert (switch["step"], switch["ok"], switch["timed_out"]) == ("switch", False, True)
     assert switch["exit_code"] is None and switch["summary"] == "killed at its deadline (20 s)"
     assert "activating the configuration" in switch["stdout"]
     assert "station-a: switch failed: killed at its deadline (20 s)" in a["failure"]
-    assert a["state"] == "rolled-back" and a["routed"] is True and [s["step"] for s in a["steps"]][3:] == [
+    assert a["state"] == "rolled-back" and a["routed"] is True and [s["step"] for s in a["steps"]][4:] == [
         "generation", "rollback", "generation", "wait-ready", "golive", "undrain"
     ]  # fmt: skip
     pid = int((lab.host("ha") / "switch.pid").read_text())
@@ -470,9 +474,9 @@ def test_a_switch_that_fails_before_activating_is_not_rolled_back(lab: Lab) -> N
     assert out.returncode == 1, out.stderr + out.stdout
     a = json.loads(out.stdout)["stations"][0]
     assert [s["step"] for s in a["steps"]] == [
-        "generation", "drain", "switch", "generation", "wait-ready", "golive", "undrain"
+        "generation", "wait-ready", "drain", "switch", "generation", "wait-ready", "golive", "undrain"
     ]  # fmt: skip
-    assert "builder for" in a["steps"][2]["summary"]
+    assert "builder for" in a["steps"][3]["summary"]
     assert "the switch did not change its generation: no rollback" in a["failure"]
     assert not any("--rollback" in line for line in lab.log())
     assert a["state"] == "rolled-back" and lab.profile("ha") == "system-1-link" and not lab.drained("ha")
@@ -552,3 +556,24 @@ def test_ctrl_c_stops_the_running_command_and_reports_what_finished(lab: Lab) ->
     assert "WARNING: station-a (ha) is LEFT DRAINED" in stderr
     assert not Path(f"/proc/{int(switch_pid.read_text())}").exists(), "the switch outlived the Ctrl-C"
     assert not any("--rollback" in line for line in lab.log()), "after Ctrl-C nothing more runs"
+
+
+def test_a_station_not_ready_before_the_drain_is_never_drained(lab: Lab) -> None:
+    """The checks are tried on the current generation first: a wrong URL (or a missing key) stops the
+    rollout before the station leaves the rotation, not after its rollback."""
+    url = lab.add("hb")
+    nobody = f"http://127.0.0.1:{free_port()}"
+    fleet = lab.fleet({"station-a": "ha", "station-b": "hb"}, {"ha": nobody, "hb": url})
+    lab.add("ha")
+    out = lab.rollout("--fleet", str(fleet), "--ready-timeout", "2", "--json", "--quiet")
+    assert out.returncode == 3, out.stderr + out.stdout
+    rep = json.loads(out.stdout)
+    a = rep["stations"][0]
+    assert (a["state"], a["routed"], rep["stations"][1]["state"]) == ("unreachable", None, "untouched")
+    assert [(s["step"], s["generation"], s["ok"]) for s in a["steps"]] == [
+        ("generation", None, True), ("wait-ready", "current", False)
+    ]  # fmt: skip
+    assert "station-a: not ready on its current generation, before anything changed" in a["failure"]
+    assert lab.log() == ["ssh ha readlink /nix/var/nix/profiles/system",
+                         f"ssh ha station wait-ready --base-url {nobody} --timeout 2 --interval 0.2 --json"]
+    assert not lab.drained("ha")

@@ -2,7 +2,9 @@
 
 Per station, in order (docs/rollout.md):
 
-1. `generation`: the station's system profile (`readlink /nix/var/nix/profiles/system`) before anything;
+1. `generation`: the station's system profile (`readlink /nix/var/nix/profiles/system`) before anything,
+   and `wait-ready` on it: the checks work on the current generation (its URL, vLLM's key) before the
+   station is taken out of rotation;
 2. `drain` (`station drain --reason rollout` on the station): out of the gateways' rotation;
 3. `switch` (`nixos-rebuild switch --flake FLAKE#NAME --target-host HOST`, or the `--switch-command`);
 4. `wait-ready` (`station wait-ready` against the station's URL, bounded by `--ready-timeout`);
@@ -27,7 +29,7 @@ import string
 import sys
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -105,7 +107,7 @@ class Commands:
 @dataclass
 class StepRecord:
     step: str  # generation | drain | switch | wait-ready | golive | undrain | rollback
-    generation: str | None  # new | old: which system the step ran against (None: drain, undrain)
+    generation: str | None  # current | new | old: which system it checked (None: drain, undrain)
     argv: list[str]
     deadline_s: float
     when: str | None = None  # in a plan: when the step runs (None: always)
@@ -219,6 +221,7 @@ def plan_steps(cmds: Commands, d: Deadlines) -> list[StepRecord]:
     wait_s = d.ready + SLACK_S
     return [
         StepRecord("generation", None, cmds.generation, d.command),
+        StepRecord("wait-ready", "current", cmds.wait, wait_s),
         StepRecord("drain", None, cmds.drain, d.command),
         StepRecord("switch", "new", cmds.switch, d.switch),
         StepRecord("wait-ready", "new", cmds.wait, wait_s),
@@ -375,6 +378,14 @@ class Runner:
             rec.failure = f"{st.name}: cannot read its system generation: {gen.summary}; nothing was changed"
             return
         before = rec.generation_before = gen.stdout.strip()
+        ready = self.step(rec, "wait-ready", "current", cmds.wait, d.ready + SLACK_S)
+        if not ready.ok:  # wait-ready's exit 3: nothing answered at the URL
+            gone = ready.exit_code in (SSH_UNREACHABLE, EXIT_UNREACHABLE)
+            rec.state = "unreachable" if gone else "not-drained"
+            rec.failure = (f"{st.name}: not ready on its current generation, before anything changed: "
+                           f"{ready.summary}; nothing was changed (its url? vLLM's key: --api-key-file in "
+                           "--wait-command and --golive-command)")  # fmt: skip
+            return
         drain = self.step(rec, "drain", None, cmds.drain, d.command)
         if not drain.ok:
             rec.state = "unreachable" if drain.exit_code == SSH_UNREACHABLE else "not-drained"
@@ -473,7 +484,9 @@ def run(opts: Options) -> RolloutReport:
             except KeyboardInterrupt:
                 interrupted = True
                 runner.cancel.set()
-                process.stop_running()
+                while wait(futures, timeout=0).not_done:  # a step that began as we stopped the others
+                    process.stop_running()
+                    wait(futures, timeout=0.5)
                 done = [f.result() for f in futures]
         for rec in done:
             records[rec.name] = rec

@@ -22,8 +22,9 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
-from vllm_station import argtypes, bounded
+from vllm_station import argtypes, bounded, redact
 from vllm_station.errors import UsageError
 
 DEFAULT_URL = "http://127.0.0.1:8000"  # vLLM on the station's loopback at the serve module's default port
@@ -59,6 +60,18 @@ def _host(text: str, where: str) -> str:
 
 
 def _url(text: str, where: str) -> str:
+    """An http(s) URL; a password in it is registered with the redaction layer (masked in every report)."""
+    try:
+        password = urlsplit(text.strip()).password
+    except ValueError:
+        password = None
+    if password is not None:  # first, so that no message below can show it
+        redact.register(password)
+        if len(password) < redact.MIN_SECRET_LEN:
+            raise UsageError(
+                f"{where}: url: the password in it is shorter than {redact.MIN_SECRET_LEN} characters, too "
+                "short to be kept out of output"
+            )
     try:
         return argtypes.http_url(text)
     except argparse.ArgumentTypeError as exc:
