@@ -3,7 +3,8 @@
     station rollout --station a=10.10.0.1 --station b=10.10.0.2 --station c=10.10.0.3 --flake .
     station rollout --fleet fleet.toml --batch 2 --dry-run        # the plan: every command, nothing runs
 
-Per station, in order: drain → switch → wait-ready → golive → undrain on GO. A failed or hung switch, a
+Per station, in order (after wait-ready on its current generation: the checks work before anything
+changes): drain → switch → wait-ready → golive → undrain on GO. A failed or hung switch, a
 station not ready in time or a NO-GO: rolled back (when the switch changed its generation), wait-ready
 and golive on the old generation, undrained only on that GO (else left drained, said loudly), and the
 rollout stops: the stations not reached are never touched. `--batch K` stations at once (at most K out
@@ -14,6 +15,8 @@ Command templates (shell words; `{name}` `{host}` `{url}` `{flake}` `{timeout}` 
   --switch-command     nixos-rebuild switch --flake {flake}#{name} --target-host {host}
                        (deploy-rs: deploy {flake}#{name} ; colmena: colmena apply --on {name})
   --rollback-command   nixos-rebuild switch --rollback --target-host {host}
+vLLM with a key (serve.apiKeyFile): add --api-key-file FILE (its path on the station) to both
+--wait-command and --golive-command.
 
 Exit codes: 0 every station upgraded (or the plan printed), 1 a station failed (rolled back, or left
 drained), 2 usage (nothing ran), 3 a station could not be reached before anything changed on it, 130
@@ -53,7 +56,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="stations upgraded at once, at most K out of rotation (default 1; less than the stations)",
     )  # fmt: skip
     parser.add_argument(
-        "--flake", default=".", help="the flake of the stations' systems, {flake} (default .)"
+        "--flake", default=".", metavar="REF", help="the flake of the stations' systems, {flake} (default .)"
     )
     parser.add_argument("--dry-run", action="store_true", help="print every station's steps; run nothing")
     for key, what in (
