@@ -158,13 +158,14 @@ class Lab:
     def host(self, host: str) -> Path:
         return self.root / "hosts" / host
 
-    def add(self, host: str) -> str:
-        """A host serving generation 1 (the gates' reference answers) on a port of its own; its URL."""
+    def add(self, host: str, gates: str = "reference") -> str:
+        """A host serving generation 1 (by default the gates' reference answers) on a port of its own; its
+        URL."""
         d = self.host(host)
         (d / "gens").mkdir(parents=True)
         (d / "port").write_text(str(free_port()))
         (d / "profile").write_text("system-1-link")
-        self.generation(host, 1, gates="reference")
+        self.generation(host, 1, gates=gates)
         subprocess.run([sys.executable, str(self.root / "standin.py"), "start", host, "1"], env=self.env,
                        check=True, timeout=60)  # fmt: skip
         return f"http://127.0.0.1:{(d / 'port').read_text()}"
@@ -577,3 +578,28 @@ def test_a_station_not_ready_before_the_drain_is_never_drained(lab: Lab) -> None
     assert lab.log() == ["ssh ha readlink /nix/var/nix/profiles/system",
                          f"ssh ha station wait-ready --base-url {nobody} --timeout 2 --interval 0.2 --json"]
     assert not lab.drained("ha")
+
+
+def test_an_old_generation_that_fails_too_leaves_the_station_drained_and_says_so(lab: Lab) -> None:
+    """Undrain only on the old generation's GO: a station whose old generation fails golive as well stays
+    out of rotation, loudly."""
+    url_a = lab.add("ha", gates=FAULT)
+    url_b = lab.add("hb")
+    fleet = lab.fleet({"station-a": "ha", "station-b": "hb"}, {"ha": url_a, "hb": url_b})
+    for url in (url_a, url_b):
+        _wait_listening(int(url.rsplit(":", 1)[1]))
+    lab.generation("ha", 2, gates=FAULT)
+    out = lab.rollout("--fleet", str(fleet), "--json", "--quiet")
+    assert out.returncode == 1, out.stderr + out.stdout
+    rep = json.loads(out.stdout)
+    a, b = rep["stations"]
+    assert (a["state"], a["routed"], b["state"]) == ("left-drained", False, "untouched")
+    assert [(s["step"], s["generation"], s["ok"]) for s in a["steps"]][-4:] == [
+        ("rollback", "old", True), ("generation", "old", True), ("wait-ready", "old", True),
+        ("golive", "old", False),
+    ]
+    assert ("rolled back to system-1-link, but the old generation is not serving well either (golive NO-GO "
+            "(not held: tools)); it is LEFT DRAINED") in a["failure"]
+    assert "station rollout: WARNING: station-a (ha) is LEFT DRAINED" in out.stderr
+    assert lab.drained("ha") and lab.profile("ha") == "system-1-link"
+    assert not any("undrain" in line for line in lab.log())
