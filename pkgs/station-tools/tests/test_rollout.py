@@ -603,3 +603,20 @@ def test_an_old_generation_that_fails_too_leaves_the_station_drained_and_says_so
     assert "station rollout: WARNING: station-a (ha) is LEFT DRAINED" in out.stderr
     assert lab.drained("ha") and lab.profile("ha") == "system-1-link"
     assert not any("undrain" in line for line in lab.log())
+
+
+def test_a_password_in_a_station_url_is_masked_everywhere(lab: Lab) -> None:
+    """The URL goes into the check commands' argv; the report and the plan show it masked."""
+    fleet = lab.root / "fleet.toml"
+    fleet.write_text('[[stations]]\nname = "a"\nhost = "h1"\nurl = "http://ops:Tr0ub4dor-and-3@127.0.0.1:9"\n\n'
+                     '[[stations]]\nname = "b"\nhost = "h2"\n')  # fmt: skip
+    for extra in (["--json"], []):
+        out = lab.rollout("--fleet", str(fleet), "--dry-run", *extra)
+        assert out.returncode == 0, out.stderr
+        assert "Tr0ub4dor-and-3" not in out.stdout + out.stderr
+        assert "http://ops:***@127.0.0.1:9" in out.stdout
+    short = lab.root / "short.json"
+    short.write_text('{"stations": [{"name": "a", "host": "h1", "url": "http://ops:pw@127.0.0.1:9"}, '
+                     '{"name": "b", "host": "h2"}]}')  # fmt: skip
+    out = lab.rollout("--fleet", str(short), "--dry-run")
+    assert out.returncode == 2 and "the password in it is shorter than 8 characters" in out.stderr
