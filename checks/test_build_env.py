@@ -172,11 +172,12 @@ def test_xdist_hook_as_nixpkgs_appends_it() -> None:
 def test_package_runs_its_suite_in_one_process_without_the_hostile_file(build: Build) -> None:
     """package.nix lists pytest-xdist but sets dontUsePytestXdist: the build's suite runs in one process, and
     so does this tier's. The hostile-servers file (wall-clock deadlines) is left out of the build, as `timing`
-    tests are; scripts/check runs it."""
+    tests are, and so are the rollouts (chains of simulators and CLI runs); scripts/check runs both."""
     assert "pytest-xdist" in build.inputs.check_inputs and build.inputs.raw["dontUsePytestXdist"] is True
     args = build.pytest_args(cores=2)
     assert not any(a.startswith(("--numprocesses", "--dist")) for a in args), args
     assert "--ignore=tests/test_hostile_all_commands.py" in args, args
+    assert "--ignore=tests/test_rollout.py" in args, args
 
 
 def test_suite_passes_as_pytest_check_hook_runs_it(build: Build) -> None:

@@ -97,8 +97,13 @@ let
     dontUsePytestXdist = true;
     # Not in the build: every command against every hostile server (100 forked runs, each asserting a
     # 150 s wall-clock deadline under an address-space cap). A builder's load is not a measurement: the
-    # build skips wall-clock tests (`timing`) for the same reason; scripts/check runs this file.
-    disabledTestPaths = [ "tests/test_hostile_all_commands.py" ];
+    # build skips wall-clock tests (`timing`) for the same reason; scripts/check runs this file. Nor the
+    # rollouts (`station rollout` through stand-in hosts: chains of simulators, golive and wait-ready
+    # runs, each step under a deadline; ~1-2 min of the build's time): scripts/check runs them too.
+    disabledTestPaths = [
+      "tests/test_hostile_all_commands.py"
+      "tests/test_rollout.py"
+    ];
 
     # tests/test_prestart.py runs the installed (wrapped) `station` console script
     preCheck = ''
