@@ -76,6 +76,7 @@ def files_digest(root: Path, names: Iterable[str]) -> str:
 
 
 def repo_files(repo: Path) -> list[str]:
+    """The files of a checkout as they would be committed: tracked, and untracked but not ignored."""
     out = subprocess.run(
         ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=repo, capture_output=True, check=True
     ).stdout

@@ -53,9 +53,9 @@ def require_nix() -> Path:
 
 
 # Where developers fetch each tree (README, Tests); scripts/check sets the variable when it is there.
-# the variables that name a fetched tree (scripts/check sets them; never edited once fetched)
-TREE_VARS = {"NIXPKGS_LIB", "NIXOS_TREE", "SOPS_NIX_TREE", "AGENIX_TREE", "DISKO_TREE"}
 TREE_DIRS = {"NIXPKGS_LIB": "nixpkgs-lib", "NIXOS_TREE": "nixos", "SOPS_NIX_TREE": "sops-nix", "AGENIX_TREE": "agenix"}
+# every variable that names a fetched tree (never edited once fetched): those, and disko's (checks/images)
+TREE_VARS = {*TREE_DIRS, "DISKO_TREE"}
 
 
 def require_tree(var: str, marker_file: str, what: str) -> Path:
@@ -134,14 +134,10 @@ def flake_snapshot() -> Path:
 
     Nix sees only git-tracked files of a git flake; this evaluates exactly what `git add -A` would commit.
     """
-    files = subprocess.run(
-        ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, capture_output=True, check=True
-    ).stdout.split(b"\0")
     dest = Path(tempfile.mkdtemp(prefix="station-flake-"))
     with tempfile.TemporaryFile() as buf:
         with tarfile.open(fileobj=buf, mode="w") as tar:
-            for name in filter(None, files):
-                rel = name.decode()
+            for rel in nixcache.repo_files(REPO):
                 if (REPO / rel).exists():
                     tar.add(REPO / rel, arcname=rel, recursive=False)
         buf.seek(0)
