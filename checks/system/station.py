@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -347,8 +348,15 @@ class Station:
         )
 
     def wait_for(
-        self, predicate_desc: str, fn: Any, timeout: float, interval: float = 0.5
+        self,
+        predicate_desc: str,
+        fn: Any,
+        timeout: float,
+        interval: float = 0.5,
+        explain: Callable[[], str] | None = None,
     ) -> Any:
+        """`fn()` until it is truthy; past `timeout`, an AssertionError with its last value and, when
+        given, `explain()`: what the machine says about why (a unit's state and journal)."""
         deadline = time.monotonic() + timeout
         last: Any = None
         while time.monotonic() < deadline:
@@ -356,8 +364,25 @@ class Station:
             if last:
                 return last
             time.sleep(interval)
+        why = f"\n{explain()}" if explain is not None else ""
         raise AssertionError(
-            f"timed out after {timeout:.0f} s waiting for {predicate_desc}; last: {last!r}"
+            f"timed out after {timeout:.0f} s waiting for {predicate_desc}; last: {last!r}{why}"
+        )
+
+    def explain_unit(self, unit: str = SERVE_UNIT) -> str:
+        """A unit's state, systemd's queued jobs, the failed units and the unit's journal tail: what a
+        timed-out wait on it needs to say (a start that never came, a restart queued 60 s out, a failed
+        dependency)."""
+        m = self.machine
+        state = self.state(unit)
+        jobs = m.run(["systemctl", "list-jobs", "--no-legend", "--full"], check=False).stdout.strip()
+        failed = m.run(
+            ["systemctl", "--failed", "--plain", "--no-legend", "--full"], check=False
+        ).stdout.strip()
+        tail = "\n".join(m.journal(unit).splitlines()[-60:])
+        return (
+            f"---- {unit}: {state}\n---- queued jobs:\n{jobs or '(none)'}\n"
+            f"---- failed units:\n{failed or '(none)'}\n---- journal of {unit} (last 60 lines):\n{tail}"
         )
 
     def wait_state(
@@ -367,6 +392,7 @@ class Station:
             f"{unit} ActiveState={active}",
             lambda: s if (s := self.state(unit))["ActiveState"] == active else None,
             timeout,
+            explain=lambda: self.explain_unit(unit),
         )
         return result
 

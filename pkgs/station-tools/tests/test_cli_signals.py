@@ -201,14 +201,18 @@ LONG_RUNNING = ["wait-ready", "nccl-check --wait", "weights-check --wait", "simu
 LONG_RUNNING += ["pair wait-worker"]
 
 
-def catches_sigint(pid: int) -> bool:
-    """Whether the process has a SIGINT handler installed (/proc/PID/status SigCgt, bit SIGINT-1)."""
+def catches(pid: int, signum: int) -> bool:
+    """Whether the process has a handler installed for `signum` (/proc/PID/status SigCgt, bit signum-1)."""
     try:
         status = Path(f"/proc/{pid}/status").read_text()
     except OSError:
         return False
     caught = next((line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), "0")
-    return bool(int(caught, 16) & (1 << (signal.SIGINT - 1)))
+    return bool(int(caught, 16) & (1 << (signum - 1)))
+
+
+def catches_sigint(pid: int) -> bool:
+    return catches(pid, signal.SIGINT)
 
 
 def _interrupt(proc: subprocess.Popen[bytes], after_s: float = 1.0) -> tuple[int, float, str]:
@@ -245,6 +249,51 @@ def test_ctrl_c_stops_a_long_running_command_with_130(
     _clean(stderr)
     assert code == EXIT_INTERRUPTED, (took, stderr)
     assert took < STOP_WITHIN_S
+
+
+# the long-running commands that install no SIGTERM handler of their own (simulate and the beacon do)
+SIGTERM_AS_CTRL_C = ["wait-ready", "nccl-check --wait", "weights-check --wait", "pair wait-worker"]
+
+
+@pytest.mark.parametrize("case", SIGTERM_AS_CTRL_C)
+def test_sigterm_runs_the_ctrl_c_cleanup_then_ends_the_process_by_sigterm(
+    case: str, ckpt: Path, spawn: Callable[..., subprocess.Popen[bytes]]
+) -> None:
+    """`kill PID` (or `systemctl stop`): the command says so on stderr (the Ctrl-C path ran: its cleanup
+    with it), then dies by SIGTERM — not exit 130, which systemd would count as a failure of a stopped
+    unit."""
+    proc = spawn(_long_running(case, ckpt), stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not catches(proc.pid, signal.SIGTERM) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert proc.poll() is None, (proc.returncode, proc.stderr.read() if proc.stderr else b"")
+    time.sleep(0.5)  # into the command's run, past the parser
+    os.kill(proc.pid, signal.SIGTERM)
+    try:
+        _, err = proc.communicate(timeout=STOP_WITHIN_S)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"still running {STOP_WITHIN_S} s after SIGTERM")
+    stderr = err.decode(errors="replace")
+    _clean(stderr)
+    assert proc.returncode == -signal.SIGTERM, stderr
+    assert "terminated (SIGTERM)" in stderr
+
+
+def test_main_in_process_leaves_sigterm_as_it_found_it(capsys: pytest.CaptureFixture[str]) -> None:
+    """The handler is the command's while it runs; a program embedding `cli.main` gets its own back."""
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    assert cli.main(["--version"]) == 0
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+    def mine(signum: int, frame: object) -> None:  # pragma: no cover - never delivered
+        raise AssertionError("not delivered here")
+
+    signal.signal(signal.SIGTERM, mine)
+    try:
+        assert cli.main(["--version"]) == 0
+        assert signal.getsignal(signal.SIGTERM) is mine
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def test_ctrl_c_stops_bench_against_a_slow_simulate(spawn: Callable[..., subprocess.Popen[bytes]]) -> None:

@@ -524,7 +524,13 @@ def test_a_batch_of_two_upgrades_them_together_and_stops_after_its_wave(lab: Lab
     assert not lab.drained("ha") and not lab.drained("hb")
 
 
-def test_ctrl_c_stops_the_running_command_and_reports_what_finished(lab: Lab) -> None:
+@pytest.mark.parametrize(
+    ("signum", "how"), [(signal.SIGINT, "Ctrl-C"), (signal.SIGTERM, "SIGTERM")], ids=["ctrl-c", "sigterm"]
+)
+def test_ctrl_c_stops_the_running_command_and_reports_what_finished(lab: Lab, signum: int, how: str) -> None:
+    """Ctrl-C (to the terminal's foreground group) or SIGTERM (to the rollout alone: `kill PID`, a CI
+    runner's cancel) mid-switch: the switch — in a session of its own, which no signal to the rollout
+    reaches — is stopped, the report says what finished; SIGTERM then ends the rollout by that signal."""
     _, fleet = three(lab)
     lab.generation("ha", 2, switch="hang")
     proc = subprocess.Popen(
@@ -539,19 +545,22 @@ def test_ctrl_c_stops_the_running_command_and_reports_what_finished(lab: Lab) ->
         while not switch_pid.exists() and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)
         assert switch_pid.exists(), "the switch never started"
-        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C, as a terminal sends it to the foreground group
+        if signum == signal.SIGINT:
+            os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C, as a terminal sends it to the foreground group
+        else:
+            os.kill(proc.pid, signal.SIGTERM)  # the rollout alone: its children never see it
         stdout, stderr = proc.communicate(timeout=120)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
-    assert proc.returncode == 130, stderr
+    assert proc.returncode == (130 if signum == signal.SIGINT else -signal.SIGTERM), stderr
     assert "Traceback" not in stderr
     rep = json.loads(stdout)
     assert rep["result"] == "interrupted" and rep["exit_code"] == 130
     a, b, c = rep["stations"]
     assert a["state"] == "interrupted" and a["routed"] is False
-    assert a["failure"].startswith("station-a: interrupted (Ctrl-C) at switch")
+    assert a["failure"].startswith(f"station-a: interrupted ({how}) at switch")
     assert a["steps"][-1]["step"] == "switch" and a["steps"][-1]["ok"] is False
     assert (b["state"], c["state"]) == ("untouched", "untouched")
     assert "WARNING: station-a (ha) is LEFT DRAINED" in stderr

@@ -15,6 +15,11 @@ Two ends every command shares are handled here, once:
 * Secrets: stdout and stderr go through `vllm_station.redact` (every registered secret masked).
 * Ctrl-C: a KeyboardInterrupt is one line on stderr and exit 130 (`EXIT_INTERRUPTED`). Commands that
   install their own SIGINT handler (simulate, pair beacon) return 130 themselves.
+* SIGTERM: while a command runs, SIGTERM raises `errors.Terminated` (a KeyboardInterrupt) where Ctrl-C
+  would, so the same cleanup runs (the commands it started through `vllm_station.process` are stopped, not
+  left running in their own sessions); then the signal is delivered again with its default action, so the
+  process still ends *by* SIGTERM, as systemd and shells expect. Commands that install their own SIGTERM
+  handler (simulate, download, copy, watchdog, pair beacon) keep it.
 * A closed stdout (`station verify --json DIR | head -1`): the BrokenPipeError of a write, or of the
   flush `main` does before it returns, points stdout (and a closed stderr) at /dev/null, so the
   interpreter's last flush is silent, and the exit is 141 (`EXIT_BROKEN_PIPE`, 128 + SIGPIPE) without
@@ -25,11 +30,14 @@ Two ends every command shares are handled here, once:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
 import os
 import select
+import signal
 import sys
+import threading
 from types import ModuleType
 from typing import TYPE_CHECKING, TextIO
 
@@ -44,6 +52,7 @@ from vllm_station.errors import (
     EXIT_INTERRUPTED,
     EXIT_USAGE,
     StationError,
+    Terminated,
     exit_table_text,
 )
 
@@ -263,6 +272,41 @@ def main(argv: list[str] | None = None) -> int:
     redact.install()
     if closed:
         print("station: warning: stdout is closed; what would be printed there is discarded", file=sys.stderr)
+    terminated: list[bool] = []
+    previous = _sigterm_raises(terminated)
+    try:
+        return _main_guarded(argv)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+        if terminated:  # the cleanup ran; now end as SIGTERM ends a process
+            _flush_quietly()
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _sigterm_raises(terminated: list[bool]) -> signal._HANDLER | None:
+    """In the main thread, where SIGTERM still has its default action: a handler that raises
+    `Terminated` (and records it); the handler it replaced, or None when none was installed."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return None  # an embedding program's own handler stays
+
+    def raise_terminated(signum: int, frame: object) -> None:
+        terminated.append(True)
+        raise Terminated(f"signal {signum}")
+
+    return signal.signal(signal.SIGTERM, raise_terminated)
+
+
+def _flush_quietly() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+
+
+def _main_guarded(argv: list[str] | None) -> int:
     try:
         code = _main(argv)
         redact.finish()
@@ -311,8 +355,9 @@ def _main(argv: list[str] | None) -> int:
     except StationError as err:
         print(f"station {args.command}: error: {err}", file=sys.stderr)
         return err.exit_code
-    except KeyboardInterrupt:
-        print(f"station {args.command}: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as stop:
+        how = "terminated (SIGTERM)" if isinstance(stop, Terminated) else "interrupted"
+        print(f"station {args.command}: {how}", file=sys.stderr)
         return EXIT_INTERRUPTED
 
 

@@ -69,3 +69,10 @@ def exit_table_text() -> str:
         for code, what in EXIT_TABLE
     )
     return "exit codes (every verb):\n" + "\n".join(rows)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (`systemctl stop`, `kill`, a CI runner's cancel) while a command runs: raised where Ctrl-C
+    would be, so every cleanup a Ctrl-C runs — the commands started through `vllm_station.process`
+    stopped, partial files removed — runs for it too (`cli.main` installs the handler, then re-delivers
+    the signal so the process still ends by SIGTERM)."""

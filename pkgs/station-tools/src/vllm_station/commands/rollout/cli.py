@@ -20,7 +20,8 @@ vLLM with a key (serve.apiKeyFile): add --api-key-file FILE (its path on the sta
 
 Exit codes: 0 every station upgraded (or the plan printed), 1 a station failed (rolled back, or left
 drained), 2 usage (nothing ran), 3 a station could not be reached before anything changed on it, 130
-Ctrl-C (the report holds what finished).
+Ctrl-C (the report holds what finished). SIGTERM stops it as Ctrl-C does (every running command stopped,
+the report printed), then ends it by SIGTERM (143 in a shell).
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ from typing import Any
 
 from vllm_station import bounded, process, redact
 from vllm_station.commands.rollout.fleet import Station
-from vllm_station.errors import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREACHABLE, UsageError
+from vllm_station.errors import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREACHABLE, Terminated, UsageError
 
 SCHEMA = "station-rollout/1"
 SSH_UNREACHABLE = 255  # ssh's exit status when it could not reach the host (or the connection failed)
@@ -261,7 +261,7 @@ def plan(opts: Options) -> RolloutReport:
 
 
 class _Cancelled(Exception):
-    """Ctrl-C in the main thread: no station starts another step."""
+    """Ctrl-C (or SIGTERM: `errors.Terminated`) in the main thread: no station starts another step."""
 
 
 def _tail(text: str) -> tuple[str, bool]:
@@ -326,6 +326,7 @@ class Runner:
     def __init__(self, opts: Options, say: Callable[[str], None]) -> None:
         self.opts, self.say = opts, say
         self.cancel = threading.Event()
+        self.stopped_by = "Ctrl-C"  # or SIGTERM: what the failure of the station in flight names
 
     def step(self, rec: StationRecord, name: str, generation: str | None, argv: list[str],
              deadline_s: float, keep: int = OUTPUT_KEEP * 4) -> StepRecord:  # fmt: skip
@@ -364,8 +365,8 @@ class Runner:
         except _Cancelled:
             last = rec.steps[-1].step if rec.steps else "its first step"
             rec.state = "interrupted"
-            rec.failure = (f"{st.name}: interrupted (Ctrl-C) at {last}: check the station (drained? which "
-                           "generation?)")  # fmt: skip
+            rec.failure = (f"{st.name}: interrupted ({self.stopped_by}) at {last}: check the station "
+                           "(drained? which generation?)")  # fmt: skip
         return rec
 
     def _upgrade(self, st: Station, rec: StationRecord) -> None:
@@ -481,8 +482,9 @@ def run(opts: Options) -> RolloutReport:
             futures = [pool.submit(runner.upgrade, st) for st in wave]
             try:
                 done = [f.result() for f in futures]
-            except KeyboardInterrupt:
+            except KeyboardInterrupt as signalled:
                 interrupted = True
+                runner.stopped_by = "SIGTERM" if isinstance(signalled, Terminated) else "Ctrl-C"
                 runner.cancel.set()
                 while wait(futures, timeout=0).not_done:  # a step that began as we stopped the others
                     process.stop_running()
