@@ -141,6 +141,18 @@ def evaluate(drop: tuple[str, ...] = ()) -> Inputs:
     return Inputs(raw)
 
 
+def suite_leaves_out() -> set[str]:
+    """The test files package.nix keeps out of the build's suite (`disabledTestPaths`, relative to the
+    package: `tests/test_rollout.py`), from the evaluated package.nix. Raises pytest's skip exception when
+    Nix or the tree is missing (the build-env tier then skips too). `disabledTests` (a `-k` expression)
+    cannot be matched outside pytest's run: with any, an AssertionError says so."""
+    raw = evaluate().raw
+    if raw["disabledTests"]:
+        raise AssertionError(f"package.nix disabledTests {raw['disabledTests']}: suite_leaves_out() cannot "
+                             "match a -k expression; name the files in disabledTestPaths instead")  # fmt: skip
+    return set(raw["disabledTestPaths"])
+
+
 def host_lib_dir(library: str) -> Path:
     for d in HOST_LIB_DIRS:
         if (Path(d) / library).exists():

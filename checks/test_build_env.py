@@ -10,9 +10,11 @@ cases drop an input through overridePythonAttrs and show the tier failing for it
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import tomllib
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -29,6 +31,11 @@ from buildenv import (
 from nixenv import REPO
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+
+try:
+    from pytest_tiers import LEFT_TO_SUITE
+except ImportError:  # run without scripts/check's plugin: the unit tier left nothing to the suite
+    LEFT_TO_SUITE = None
 
 pytestmark = pytest.mark.build_env
 
@@ -180,7 +187,12 @@ def test_package_runs_its_suite_in_one_process_without_the_hostile_file(build: B
     assert "--ignore=tests/test_rollout.py" in args, args
 
 
-def test_suite_passes_as_pytest_check_hook_runs_it(build: Build) -> None:
+def test_suite_passes_as_pytest_check_hook_runs_it(
+    build: Build, request: pytest.FixtureRequest, record_property: Callable[[str, object], None]
+) -> None:
+    """The package's suite as pytestCheckHook runs it. Under scripts/pytest_tiers.py the unit tier leaves
+    the tests this suite runs to it (they run once): their results are counted in this tier's line
+    (`suite_counts`), and one of them that skips here would run nowhere, so that fails."""
     junit = build.top / "junit.xml"
     r = build.run([*build.pytest_args(), f"--junitxml={junit}"], timeout=SUITE_TIMEOUT_S)
     failed = [line for line in r.stdout.splitlines() if re.match(r"(FAILED|ERROR) ", line)]
@@ -189,8 +201,18 @@ def test_suite_passes_as_pytest_check_hook_runs_it(build: Build) -> None:
     suite = ET.parse(junit).getroot()
     suite = suite if suite.tag == "testsuite" else suite[0]
     counts = {k: int(suite.get(k, "0")) for k in ("tests", "failures", "errors", "skipped")}
-    skips = sorted({s.get("message", "") for s in suite.iter("skipped")})
+    bad = counts["failures"] + counts["errors"]
+    record_property("suite_counts", json.dumps(
+        {"passed": counts["tests"] - bad - counts["skipped"], "failed": bad, "skipped": counts["skipped"]}
+    ))  # fmt: skip
+    skipped = {f"{case.get('classname')}::{case.get('name')}": skip.get("message", "")
+               for case in suite.iter("testcase") for skip in case if skip.tag == "skipped"}  # fmt: skip
+    skips = sorted(set(skipped.values()))
     print(f"build-env suite: {counts} ({summary})", *(f"  skipped: {m}" for m in skips), sep="\n")
+    left = request.config.stash.get(LEFT_TO_SUITE, frozenset()) if LEFT_TO_SUITE else frozenset()
+    nowhere = sorted(f"{t}: {why}" for t, why in skipped.items() if t in left)
+    assert not nowhere, ("tests the unit tier left to this suite skipped here, so they ran nowhere (skip them "
+                         "in the unit tier's way, or mark them `timing`):\n" + "\n".join(nowhere))  # fmt: skip
     # each failure's own report first (its message and the end of its traceback): the run's output is long
     # and a CI log keeps only its start
     reports = [

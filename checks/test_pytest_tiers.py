@@ -15,6 +15,7 @@ import sys
 import textwrap
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -189,3 +190,140 @@ def test_a_timing_test_gets_one_announced_retry_and_nothing_else_does(tmp_path: 
     assert late_once.startswith("environmental retry: test_timing.py::test_late_once missed a wall-clock")
     assert "took 0.25 s, bound 0.2 s" in late_once and "load average" in late_once
     assert "environmental retry: test_timing.py::test_late_once" in run.stdout, "said in the output too"
+
+
+# ---- the package's tests, once: the unit tier leaves those the build-env suite runs to it -------------
+
+
+def test_suite_id_is_the_build_suites_junit_name() -> None:
+    from pytest_tiers import suite_id
+
+    assert suite_id("tests/test_x.py::test_y") == "tests.test_x::test_y"
+    assert suite_id("tests/test_x.py::test_y[a-b::c]") == "tests.test_x::test_y[a-b::c]"
+    assert suite_id("tests/test_x.py::Case::test_y[p]") == "tests.test_x.Case::test_y[p]"
+
+
+def test_suite_runs_only_unit_tests_of_the_package_outside_the_left_out_files() -> None:
+    from pytest_tiers import suite_runs
+
+    left_out = {"tests/test_rollout.py"}
+    assert suite_runs("pkgs/station-tools/tests/test_a.py::test_b", "unit", False, left_out)
+    assert suite_runs("pkgs/station-tools/tests/test_a.py::test_b@pkgs/station-tools/tests/test_a.py", "unit",
+                      False, left_out)  # fmt: skip
+    assert not suite_runs("pkgs/station-tools/tests/test_a.py::test_b", "unit", True, left_out)  # timing
+    assert not suite_runs("pkgs/station-tools/tests/test_a.py::test_b", "realvllm", False, left_out)
+    assert not suite_runs("pkgs/station-tools/tests/test_rollout.py::test_b", "unit", False, left_out)
+    assert not suite_runs("checks/test_a.py::test_b", "unit", False, left_out)
+    assert not suite_runs("pkgs/station-tools/src/x.py::test_b", "unit", False, left_out)
+
+
+# a repository in miniature: the package's tests, and a build-env suite test whose "suite" is a stand-in
+# (a real one needs Nix, the tree and PyPI: the build-env tier runs that); buildenv.suite_leaves_out() too
+SUITE_BUILDENV = """
+import os
+import pytest
+
+def suite_leaves_out():
+    if os.environ.get("FAKE_NO_TREE"):
+        pytest.skip("NIXOS_TREE unset")
+    return {"tests/test_left.py"}
+"""
+SUITE_TEST = """
+import json, os
+import pytest
+from pytest_tiers import LEFT_TO_SUITE
+from buildenv import suite_leaves_out
+
+pytestmark = pytest.mark.build_env
+
+def test_other_build_env_test():
+    pass
+
+def test_suite_passes_as_pytest_check_hook_runs_it(request, record_property):
+    suite_leaves_out()  # skips as the real one does without a tree
+    left = request.config.stash.get(LEFT_TO_SUITE, frozenset())
+    with open(os.environ["TIERS_RECORD"] + "/left.json", "w") as f:
+        json.dump(sorted(left), f)
+    record_property("suite_counts", json.dumps({"passed": 40, "failed": 0, "skipped": 2}))
+"""
+PACKAGE_TESTS = """
+import pytest
+
+def test_plain():
+    pass
+
+@pytest.mark.parametrize("p", ["a", "b"])
+def test_param(p):
+    pass
+
+@pytest.mark.timing
+def test_timed():
+    pass
+
+@pytest.mark.realvllm
+def test_vllm():
+    pass
+"""
+
+
+def _mini_repo(tmp_path: Path) -> Path:
+    repo = tmp_path / "repo"
+    tests = repo / "pkgs/station-tools/tests"
+    tests.mkdir(parents=True)
+    (repo / "checks").mkdir()
+    (repo / "checks/buildenv.py").write_text(SUITE_BUILDENV)
+    (repo / "checks/test_build_env.py").write_text(SUITE_TEST)
+    (repo / "checks/test_other.py").write_text("def test_check():\n    pass\n")
+    (tests / "test_kept.py").write_text(PACKAGE_TESTS)
+    (tests / "test_left.py").write_text("def test_left_out():\n    pass\n")
+    (repo / "pytest.ini").write_text("[pytest]\nmarkers =\n  timing: wall-clock bounds\n")
+    return repo
+
+
+def _tiers(repo: Path, record: Path, *args: str, env: dict[str, str] | None = None) -> dict[str, dict[str, Any]]:
+    tiers = record / "tiers.json"
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "pytest_tiers", "--tiers-json", str(tiers), *args,
+         "-p", "no:cacheprovider", "--rootdir", str(repo), "-c", str(repo / "pytest.ini"),
+         str(repo / "pkgs/station-tools/tests"), str(repo / "checks")],
+        check=False, capture_output=True, text=True, timeout=240, cwd=repo,
+        env={**os.environ, "TIERS_RECORD": str(record), "PYTHONPATH": str(REPO / "scripts"), "PYTEST_ADDOPTS": "",
+             **(env or {})},
+    )  # fmt: skip
+    assert tiers.exists(), run.stdout[-3000:] + run.stderr[-3000:]
+    out = {e["tier"]: e for e in json.loads(tiers.read_text())}
+    out["_run"] = {"stdout": run.stdout, "rc": run.returncode}
+    return out
+
+
+def test_unit_tier_leaves_the_suites_tests_to_it_and_counts_them_there(tmp_path: Path) -> None:
+    repo = _mini_repo(tmp_path)
+    record = tmp_path / "record"
+    record.mkdir()
+    tiers = _tiers(repo, record, "-n", "2", "--dist", "loadgroup")
+    assert tiers["_run"]["rc"] == 0, tiers["_run"]["stdout"][-3000:]
+    # the unit tier ran: the timing test, the left-out file's test, checks/' own test (3); not the four
+    # tests the suite runs (test_plain, test_param[a], test_param[b]: 3 ... and nothing of realvllm's)
+    assert (tiers["unit"]["passed"], tiers["unit"]["failed"]) == (3, 0), tiers["unit"]
+    assert tiers["realvllm"]["passed"] == 1
+    # build_env: its 2 tests plus the suite's 40 passed and 2 skipped, counted in its line
+    assert (tiers["build_env"]["passed"], tiers["build_env"]["skipped"]) == (42, 2), tiers["build_env"]
+    assert "3 package tests ran once, in the build-env tier's suite" in tiers["unit"]["notes"]
+    left = json.loads((record / "left.json").read_text())
+    assert left == ["tests.test_kept::test_param[a]", "tests.test_kept::test_param[b]", "tests.test_kept::test_plain"]
+
+
+def test_without_the_suite_in_the_session_the_unit_tier_runs_everything(tmp_path: Path) -> None:
+    repo = _mini_repo(tmp_path)
+    record = tmp_path / "record"
+    record.mkdir()
+    for args, env in ((["-m", "not build_env"], {}), ([], {"FAKE_NO_TREE": "1"}), ([], {"STATION_SUITE_ONCE": "0"})):
+        tiers = _tiers(repo, record, *args, env=env)
+        assert tiers["unit"]["passed"] == 6, (args, env, tiers["unit"])  # 3 + 2 params + the left-out + check
+        assert not tiers["unit"]["notes"], tiers["unit"]
+
+
+def test_a_test_left_to_the_suite_that_skips_there_fails_the_real_suite_test() -> None:
+    """The real test compares the suite's skipped tests with what the unit tier left it (the guard)."""
+    text = (REPO / "checks/test_build_env.py").read_text()
+    assert "request.config.stash.get(LEFT_TO_SUITE" in text and "ran nowhere" in text

@@ -8,12 +8,22 @@ Tests marked `timing` assert wall-clock figures against a schedule. A machine sh
 miss such a bound for reasons that are not the code's, so each gets ONE rerun (pytest-rerunfailures), and
 the rerun is announced: an "environmental retry" line with the test and the load average at that moment,
 in the tier's summary and its JSON. A real defect fails both runs.
+
+The package's tests run once. The build-env tier runs the package's suite as a Nix build runs it (its
+inputs only, one process); the unit tier would run most of the same tests again in the developers' venv.
+When the session holds that suite's test and it can run (Nix and the full tree are there), the unit tier
+leaves to it every package test the build's suite runs — all but the files package.nix keeps out
+(`disabledTestPaths`: the hostile servers, the rollouts), the `timing` tests (skipped in a Nix build) and
+the other tiers' tests — and counts the suite's results in the build-env tier's line (`suite_counts`, which
+the suite's test records). The suite's test fails when one of the tests left to it skipped there (it would
+run nowhere); a suite that skipped as a whole fails the tier. STATION_SUITE_ONCE=0: both run everything.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -39,7 +49,7 @@ TIER_NAMES = {
 TIMING_RERUNS = 1  # one retry of a `timing` test; announced (see the module's docstring)
 
 _results: dict[str, dict[str, Any]] = defaultdict(
-    lambda: {"passed": 0, "failed": 0, "skipped": 0, "reasons": [], "retries": []}
+    lambda: {"passed": 0, "failed": 0, "skipped": 0, "reasons": [], "retries": [], "notes": []}
 )
 _tier_of: dict[str, str] = {}
 
@@ -57,6 +67,8 @@ def pytest_configure(config: pytest.Config) -> None:
     # was its tail. The order this plugin gives (below) is the one that reaches the workers.
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
+    if os.environ.get("STATION_SUITE_ONCE", "1") != "0":
+        config.pluginmanager.register(SuiteOnce(), "station-suite-once")
 
 
 # Tiers whose tests share one expensive thing across files (a real vLLM server, the machine a real
@@ -68,6 +80,61 @@ SHARED_TIERS = ("day2", "build_env", "system", "realvllm")
 
 def tier_of(item: pytest.Item) -> str:
     return next((m for m in TIER_MARKERS if item.get_closest_marker(m)), "unit")
+
+
+# ---- the package's tests, once (the module's docstring) -----------------------------------------------
+SUITE_TEST = "checks/test_build_env.py::test_suite_passes_as_pytest_check_hook_runs_it"
+PACKAGE_DIR = "pkgs/station-tools/"  # the package's root: the build's suite runs from there
+LEFT_TO_SUITE = pytest.StashKey[frozenset[str]]()  # the unit tests left to the suite, as suite_id() names them
+
+
+def suite_id(package_nodeid: str) -> str:
+    """A package test's id as the build's suite names it in its junit report (run from the package's
+    root): `tests/test_x.py::Case::test_y[p]` -> `tests.test_x.Case::test_y[p]` (classname::name)."""
+    path, _, rest = package_nodeid.partition("::")
+    head, bracket, params = rest.partition("[")  # a parameter id may hold "::" itself
+    *classes, name = head.split("::")
+    return "::".join([".".join([path.removesuffix(".py").replace("/", "."), *classes]), name + bracket + params])
+
+
+def suite_runs(nodeid: str, tier: str, timing: bool, left_out: set[str]) -> bool:
+    """Whether the build's suite runs this test (so the unit tier need not): a package test of no other
+    tier, not `timing` (skipped in a Nix build), in a file package.nix does not keep out."""
+    base = nodeid.split("@", 1)[0]  # without xdist's group suffix
+    if tier != "unit" or timing or not base.startswith(f"{PACKAGE_DIR}tests/"):
+        return False
+    return base.removeprefix(PACKAGE_DIR).split("::", 1)[0] not in left_out
+
+
+class SuiteOnce:
+    """Leaves the package tests the build-env suite runs to it (after `-m`/`-k` chose the session's tests)."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        suite = next((i for i in items if i.nodeid.split("@", 1)[0] == SUITE_TEST), None)
+        if suite is None:
+            return
+        try:
+            import buildenv  # checks/: on sys.path once a checks/ test module is imported
+        except ImportError:
+            sys.path.insert(0, str(Path(str(config.rootpath)) / "checks"))
+            import buildenv
+        try:
+            left_out = buildenv.suite_leaves_out()
+        except pytest.skip.Exception:
+            return  # the build-env tier skips (no Nix, no tree): the unit tier runs everything
+        chosen = [
+            i for i in items
+            if suite_runs(i.nodeid, tier_of(i), i.get_closest_marker("timing") is not None, left_out)
+        ]  # fmt: skip
+        if not chosen:
+            return
+        gone = set(chosen)
+        items[:] = [i for i in items if i not in gone]
+        config.hook.pytest_deselected(items=chosen)
+        config.stash[LEFT_TO_SUITE] = frozenset(suite_id(i.nodeid.split("@", 1)[0].removeprefix(PACKAGE_DIR))
+                                                 for i in chosen)  # fmt: skip
+        suite.user_properties.append(("unit_tests_left_to_suite", len(chosen)))
 
 
 # tryfirst: xdist's worker turns `xdist_group` markers into groups in its own pytest_collection_modifyitems,
@@ -112,6 +179,23 @@ def retry_line(report: pytest.TestReport) -> str:
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     tier = _report_tier(report)
     bucket = _results[tier]
+    props = dict(report.user_properties)
+    left = int(props.get("unit_tests_left_to_suite", 0))
+    if left and report.skipped:  # the tests left to the suite ran nowhere
+        bucket["failed"] += 1
+        bucket["notes"].append(f"FAILED: the unit tier left {left} package tests to the build's suite, which "
+                               "skipped: STATION_SUITE_ONCE=0 runs them in the unit tier")  # fmt: skip
+        return
+    if "suite_counts" in props and report.when == "call":
+        counts = json.loads(str(props["suite_counts"]))
+        for key in ("passed", "failed", "skipped"):
+            bucket[key] += int(counts[key])
+        if left:
+            _results["unit"]["notes"].append(f"{left} package tests ran once, in the build-env tier's suite")
+        bucket["notes"].append(
+            f"the package's suite as a Nix build runs it: {counts['passed']} passed, {counts['failed']} failed, "
+            f"{counts['skipped']} skipped (counted in this line)"
+        )
     if report.outcome == "rerun":  # type: ignore[comparison-overlap]  # pytest-rerunfailures' own outcome
         bucket["retries"].append(retry_line(report))
         return
@@ -144,7 +228,9 @@ def tier_status(bucket: dict[str, Any]) -> str:
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     out = []
     for tier in ("unit", *TIER_MARKERS):
-        bucket = _results.get(tier, {"passed": 0, "failed": 0, "skipped": 0, "reasons": [], "retries": []})
+        bucket = _results.get(
+            tier, {"passed": 0, "failed": 0, "skipped": 0, "reasons": [], "retries": [], "notes": []}
+        )
         entry = {"tier": tier, "title": TIER_NAMES[tier], "status": tier_status(bucket), **bucket}
         if not (bucket["passed"] or bucket["failed"] or bucket["skipped"]):
             entry["status"] = "SKIP"
@@ -158,7 +244,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         if e["status"] == "SKIP" or e["skipped"]:
             for reason in e["reasons"][:5]:
                 terminalreporter.write_line(f"      skipped: {reason}")
-        for line in e["retries"]:
+        for line in [*e["retries"], *e["notes"]]:
             terminalreporter.write_line(f"      {line}")
     path = config.getoption("--tiers-json")
     if path:
