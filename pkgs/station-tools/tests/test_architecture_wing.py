@@ -291,13 +291,16 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
     assert cycles({"a": {"b"}, "b": set()}) == []
 
 
-# ---- one reader of systemd's unit state ------------------------------------------------------------
+# ---- one home of the calls to systemd ---------------------------------------------------------------
 
 SYSTEMD_READER = PACKAGE / "host" / "systemd.py"
+# what a verb asks systemctl (`show`, and the --no-block actions), and the container runtime's kill
+SYSTEMCTL_WORDS = ("show", "restart", "stop", "start", "--no-block")
 
 
-def systemctl_show_calls(tree: ast.AST) -> list[int]:
-    """Lines of a list or call that holds the string "show" next to something named like systemctl."""
+def systemctl_show_calls(tree: ast.AST, words: tuple[str, ...] = ("show",)) -> list[int]:
+    """Lines of a list or call that holds one of `words` next to something named like systemctl (or, for
+    "kill", like a container runtime)."""
     found = []
     for node in ast.walk(tree):
         items = (
@@ -307,25 +310,37 @@ def systemctl_show_calls(tree: ast.AST) -> list[int]:
             if isinstance(node, ast.Call)
             else []
         )
-        has_show = any(isinstance(i, ast.Constant) and i.value == "show" for i in items)
-        if has_show and "systemctl" in ast.unparse(node).lower():
+        if isinstance(node, ast.Call) and ast.unparse(node.func).startswith("systemd."):
+            continue  # a call into the home itself (host.systemd.act, .show, …)
+        said = {i.value for i in items if isinstance(i, ast.Constant) and isinstance(i.value, str)}
+        text = ast.unparse(node).lower()
+        if (said & set(words) and "systemctl" in text) or ("kill" in said and "runtime" in text):
             found.append(node.lineno)
     return found
 
 
 def test_only_the_host_layer_asks_systemctl_show() -> None:
-    """`systemctl show` is asked in host/systemd.py alone (its bound and its failure wording, once)."""
+    """`systemctl show`, `systemctl restart|stop|start --no-block` and the runtime's `kill` are run in
+    host/systemd.py alone (their bounds and their failure wording, once)."""
     others = {
         str(path.relative_to(PACKAGE)): lines
         for path in sorted(PACKAGE.rglob("*.py"))
-        if path != SYSTEMD_READER and (lines := systemctl_show_calls(ast.parse(path.read_text())))
+        if path != SYSTEMD_READER
+        and (lines := systemctl_show_calls(ast.parse(path.read_text()), SYSTEMCTL_WORDS))
     }
-    assert not others, f"use vllm_station.host.systemd.show instead: {others}"
+    assert not others, f"use vllm_station.host.systemd (show, act, end_container_wait) instead: {others}"
     assert systemctl_show_calls(ast.parse(SYSTEMD_READER.read_text())), (
         "the scan no longer sees the reader's call"
+    )
+    assert len(systemctl_show_calls(ast.parse(SYSTEMD_READER.read_text()), SYSTEMCTL_WORDS)) >= 3, (
+        "the scan no longer sees the actions' or the kill's call"
     )
 
 
 def test_the_show_scan_sees_a_second_reader() -> None:
     code = 'argv = [systemctl, "show", "--property=ActiveState", unit]\nrun(self.systemctl, "show", unit)\n'
     assert systemctl_show_calls(ast.parse(code)) == [1, 2]
+    code = ('argv = [opts.systemctl, "restart", "--no-block", opts.unit]\nkill = [opts.runtime, "kill", c]\n'
+            'x = [self.runtime, "inspect", c]\n'
+            'systemd.act("stop", unit, systemctl=opts.systemctl)\n')  # fmt: skip
+    assert systemctl_show_calls(ast.parse(code), SYSTEMCTL_WORDS) == [1, 2]

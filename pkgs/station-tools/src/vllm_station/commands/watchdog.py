@@ -57,7 +57,6 @@ import argparse
 import json
 import math
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -84,7 +83,7 @@ REFUSED, TRANSPORT, MISCONFIGURED, OVERLOADED = "refused", "transport", "misconf
 OVERLOAD_STATUSES = (429, 503)  # a rate limit (the gateway's, vLLM's), a full queue, a draining server
 PROBE_PROMPT = "Hello"
 TEXTFILE = "station-watchdog.prom"
-SYSTEMCTL_TIMEOUT_S = 30.0
+WEDGED = "a wedged engine has nothing to drain"  # why the container is killed after a stop
 BEACON_TIMEOUT_S = 3.0  # one GET of the worker beacon's /ready
 PAIR_POLL_S = 2.0  # between looks at the head's unit and at the worker's beacon during a pair restart
 
@@ -242,17 +241,11 @@ class Systemd:
         self.systemctl, self.unit = systemctl, unit
         self.runtime, self.container = runtime, container
 
-    def _run(self, *args: str) -> str:
-        argv = [self.systemctl, *args]
+    def _act(self, action: str) -> str:
         try:
-            proc = subprocess.run(
-                argv, capture_output=True, text=True, timeout=SYSTEMCTL_TIMEOUT_S, check=False
-            )
-        except (OSError, subprocess.TimeoutExpired) as err:
-            raise StationError(f"{' '.join(argv)}: {err}") from None
-        if proc.returncode != 0:
-            raise StationError(f"{' '.join(argv)} exited {proc.returncode}: {proc.stderr.strip()}")
-        return proc.stdout
+            return systemd.act(action, self.unit, systemctl=self.systemctl)
+        except systemd.SystemctlError as err:
+            raise StationError(str(err)) from None
 
     def state(self) -> UnitState:
         try:
@@ -267,34 +260,13 @@ class Systemd:
         )  # fmt: skip
 
     def restart(self) -> str:
-        self._run("restart", "--no-block", self.unit)
-        return self._kill_container(f"systemctl restart --no-block {self.unit}")
+        return systemd.end_container_wait(self._act("restart"), self.runtime, self.container, WEDGED)
 
     def stop(self) -> str:
-        self._run("stop", "--no-block", self.unit)
-        return self._kill_container(f"systemctl stop --no-block {self.unit}")
+        return systemd.end_container_wait(self._act("stop"), self.runtime, self.container, WEDGED)
 
     def start(self) -> str:
-        self._run("start", "--no-block", self.unit)
-        return f"systemctl start --no-block {self.unit}"
-
-    def _kill_container(self, done: str) -> str:
-        if self.runtime is None or self.container is None:
-            return done
-        # The unit's stop lets the requests in flight finish for up to vLLM's --shutdown-timeout; a wedged
-        # engine finishes none, so that stop would last the whole timeout. The restart is asked for first
-        # (systemd owns the sequence: drain, stop, prestart, start); the kill only ends the wait.
-        argv = [self.runtime, "kill", self.container]
-        try:
-            proc = subprocess.run(
-                argv, capture_output=True, text=True, timeout=SYSTEMCTL_TIMEOUT_S, check=False
-            )
-        except (OSError, subprocess.TimeoutExpired) as err:
-            return f"{done}; {' '.join(argv)}: {err} (the stop waits for the unit's own timeouts)"
-        if proc.returncode != 0:
-            return (f"{done}; {' '.join(argv)} exited {proc.returncode}: {proc.stderr.strip()[:200]} "
-                    "(the stop waits for the unit's own timeouts)")  # fmt: skip
-        return f"{done}, then {' '.join(argv)} (a wedged engine has nothing to drain)"
+        return self._act("start")
 
 
 class PairRestart:

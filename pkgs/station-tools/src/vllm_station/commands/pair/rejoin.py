@@ -28,7 +28,6 @@ Exit: runs until stopped (SIGTERM) or for `cycles` looks: 0; 2 on bad arguments.
 
 from __future__ import annotations
 
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,11 +37,11 @@ from vllm_station import textfile
 from vllm_station.api.beacon import ENGINE_STATES, Answer, ask_beacon
 from vllm_station.api.transport import SyncHttp
 from vllm_station.errors import EXIT_OK
+from vllm_station.host import systemd
 from vllm_station.net import bare_host, tcp_probe, url_host
 
 REQUEST_TIMEOUT_S = 3.0
 TCP_CONNECT_TIMEOUT_S = 2.0
-SYSTEMCTL_TIMEOUT_S = 30.0
 TEXTFILE = "station-pair-rejoin.prom"
 
 Say = Callable[[str], None]
@@ -144,22 +143,11 @@ def _calm(answer: Answer, head_listening: bool, target: str) -> str:
 
 
 def _restart(opts: RejoinOptions) -> str:
-    argv = [opts.systemctl, "restart", "--no-block", opts.unit]
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=SYSTEMCTL_TIMEOUT_S, check=False)
-    except (OSError, subprocess.TimeoutExpired) as err:
-        return f"{' '.join(argv)} failed: {err}"
-    if proc.returncode != 0:
-        return f"{' '.join(argv)} exited {proc.returncode}: {proc.stderr.strip()[:200]}"
-    done = f"asked systemd: {' '.join(argv[1:])}"
-    if opts.runtime is None or opts.container is None:
-        return done
-    kill = [opts.runtime, "kill", opts.container]
-    try:
-        proc = subprocess.run(kill, capture_output=True, text=True, timeout=SYSTEMCTL_TIMEOUT_S, check=False)
-    except (OSError, subprocess.TimeoutExpired) as err:
-        return f"{done}; {' '.join(kill)}: {err} (the stop waits for the unit's own timeouts)"
-    if proc.returncode != 0:
-        return (f"{done}; {' '.join(kill)} exited {proc.returncode}: {proc.stderr.strip()[:200]} "
-                "(the stop waits for the unit's own timeouts)")  # fmt: skip
-    return f"{done}, then {' '.join(kill)} (an engine in a dead session has nothing to drain)"
+        asked = systemd.act("restart", opts.unit, systemctl=opts.systemctl)
+    except systemd.SystemctlError as err:
+        return str(err)
+    return systemd.end_container_wait(
+        f"asked systemd: {asked.removeprefix('systemctl ')}", opts.runtime, opts.container,
+        "an engine in a dead session has nothing to drain",
+    )  # fmt: skip
