@@ -13,6 +13,12 @@ argv in one log, in order:
   `switch`: `ok`, `fail` before activating, `hang` after activating). It logs which hosts are drained at
   that moment.
 
+* `systemctl stop|start --no-block vllm-station.service` "on" a host (a pair's halves): stop ends its
+  simulator and marks the unit stopped (a switch then changes the profile only, as switch-to-configuration
+  leaves a stopped unit stopped); start on a worker marks it started; start on a head serves only when its
+  worker is started on the same generation (as the head's start waits for a worker in the same NCCL
+  session), else it stays down and wait-ready fails.
+
 The stations' checks are the real `station wait-ready` and `station golive` (smoke and the tool-call
 battery: a serving fault of the new generation is a NO-GO of its `tools` gate), run through the stand-in
 ssh against the simulators. nixos-rebuild cannot run here, which is why it is stood in for.
@@ -62,6 +68,9 @@ exec /usr/bin/readlink "$@"
 NIXOS_REBUILD = """#!/bin/sh
 exec {python} "$LAB/standin.py" nixos-rebuild "$@"
 """
+REMOTE_SYSTEMCTL = """#!/bin/sh
+exec {python} "$LAB/standin.py" systemctl "$(basename "$HOSTDIR")" "$@"
+"""
 STANDIN = r'''
 import json, os, signal, subprocess, sys, time
 
@@ -108,10 +117,38 @@ def start_sim(host, gen):
     write(host, "sim.pid", str(proc.pid))
 
 
+def stopped(host):
+    return os.path.exists(path(host, "unit-stopped"))
+
+
 def activate(host, gen):
-    stop_sim(host)
     write(host, "profile", f"system-{gen}-link")
+    if stopped(host):  # switch-to-configuration leaves a stopped unit stopped
+        return
+    stop_sim(host)
     start_sim(host, gen)
+
+
+def systemctl(host, argv):
+    unit = argv[-1]
+    assert unit == "vllm-station.service", argv
+    if argv[0] == "stop":
+        stop_sim(host)
+        write(host, "unit-stopped", "")
+        return 0
+    assert argv[:2] == ["start", "--no-block"], argv
+    if os.path.exists(path(host, "unit-stopped")):
+        os.unlink(path(host, "unit-stopped"))
+    if not os.path.exists(path(host, "port")):  # a pair's worker: headless, nothing to serve
+        return 0
+    gen = int(read(host, "profile").split("-")[1])
+    if os.path.exists(path(host, "worker")):
+        worker = read(host, "worker")
+        if stopped(worker) or read(worker, "profile") != read(host, "profile"):
+            return 0  # the head's start waits for a worker of its own generation: it never serves
+    stop_sim(host)
+    start_sim(host, gen)
+    return 0
 
 
 def nixos_rebuild(argv):
@@ -142,6 +179,8 @@ if __name__ == "__main__":
         sys.exit(nixos_rebuild(sys.argv[2:]))
     if sys.argv[1] == "start":
         start_sim(sys.argv[2], int(sys.argv[3]))
+    if sys.argv[1] == "systemctl":
+        sys.exit(systemctl(sys.argv[2], sys.argv[3:]))
 '''
 
 # what golive runs in these tests: smoke and the tool-call battery (a serving fault fails `tools`)
@@ -169,6 +208,14 @@ class Lab:
         subprocess.run([sys.executable, str(self.root / "standin.py"), "start", host, "1"], env=self.env,
                        check=True, timeout=60)  # fmt: skip
         return f"http://127.0.0.1:{(d / 'port').read_text()}"
+
+    def add_worker(self, head: str, worker: str) -> None:
+        """`worker` (headless: no port) is `head`'s pair worker, on generation 1."""
+        d = self.host(worker)
+        (d / "gens").mkdir(parents=True)
+        (d / "profile").write_text("system-1-link")
+        self.generation(worker, 1)
+        (self.host(head) / "worker").write_text(worker)
 
     def generation(self, host: str, n: int, gates: str = "reference", switch: str = "ok") -> None:
         (self.host(host) / "gens" / f"{n}.json").write_text(json.dumps({"gates": gates, "switch": switch}))
@@ -216,7 +263,8 @@ def lab(tmp_path: Path) -> Iterator[Lab]:
     python = sys.executable
     for rel, text in (("bin/ssh", SSH), ("bin/nixos-rebuild", NIXOS_REBUILD.format(python=python)),
                       ("remote-bin/station", REMOTE_STATION.format(python=python)),
-                      ("remote-bin/readlink", REMOTE_READLINK)):  # fmt: skip
+                      ("remote-bin/readlink", REMOTE_READLINK),
+                      ("remote-bin/systemctl", REMOTE_SYSTEMCTL.format(python=python))):  # fmt: skip
         (root / rel).write_text(text)
         (root / rel).chmod(0o755)
     (root / "standin.py").write_text(STANDIN)
@@ -430,12 +478,13 @@ def test_a_no_go_on_the_first_station_rolls_it_back_and_touches_no_other(lab: La
     # the schema of a step that ran
     assert set(a["steps"][5]) == {
         "step", "generation", "argv", "deadline_s", "when", "ok", "exit_code", "timed_out", "seconds",
-        "summary", "stdout", "stderr", "output_cut", "gates",
+        "summary", "stdout", "stderr", "output_cut", "gates", "on",
     }  # fmt: skip
+    assert a["steps"][5]["on"] is None and a["worker"] is None  # not a pair
     assert set(rep) == {"schema", "started_at", "finished_at", "dry_run", "batch", "flake", "result",
                         "exit_code", "failure", "stations"}  # fmt: skip
     assert set(a) == {"name", "host", "url", "state", "routed", "generation_before", "generation_after",
-                      "failure", "seconds", "steps"}  # fmt: skip
+                      "failure", "seconds", "steps", "worker"}  # fmt: skip
     assert "station rollout: failed: station-a: golive NO-GO (not held: tools)" in out.stderr
     assert lab.profile("ha") == "system-1-link" and not lab.drained("ha")
     assert lab.profile("hb") == lab.profile("hc") == "system-1-link"
@@ -629,3 +678,127 @@ def test_a_password_in_a_station_url_is_masked_everywhere(lab: Lab) -> None:
                      '{"name": "b", "host": "h2"}]}')  # fmt: skip
     out = lab.rollout("--fleet", str(short), "--dry-run")
     assert out.returncode == 2 and "the password in it is shorter than 8 characters" in out.stderr
+
+
+# ---- a pair: one unit of upgrade, in its order ----------------------------------------------------------
+
+
+def pair_and_one(lab: Lab) -> Path:
+    """station-a (ha, serving) with its worker station-b (hb) as one pair, then station-c (hc)."""
+    urls = {host: lab.add(host) for host in ("ha", "hc")}
+    lab.add_worker("ha", "hb")
+    for url in urls.values():
+        _wait_listening(int(url.rsplit(":", 1)[1]))
+    path = lab.root / "fleet.json"
+    path.write_text(json.dumps({"stations": [
+        {"name": "station-a", "host": "ha", "url": urls["ha"], "worker": {"name": "station-b", "host": "hb"}},
+        {"name": "station-c", "host": "hc", "url": urls["hc"]},
+    ]}))  # fmt: skip
+    return path
+
+
+# the pair's order: both units stopped (head first), both switched (worker first), both started (worker first)
+PAIR_SWITCH = [
+    "ssh ha systemctl stop vllm-station.service",
+    "ssh hb systemctl stop vllm-station.service",
+    "nixos-rebuild switch --flake .#station-b --target-host hb drained=ha",
+    "nixos-rebuild switch --flake .#station-a --target-host ha drained=ha",
+    "ssh hb systemctl start --no-block vllm-station.service",
+    "ssh ha systemctl start --no-block vllm-station.service",
+]
+
+
+def test_a_pair_switches_together_in_its_order_then_the_next_station(lab: Lab) -> None:
+    fleet = pair_and_one(lab)
+    for host in ("ha", "hb", "hc"):
+        lab.generation(host, 2)
+    out = lab.rollout("--fleet", str(fleet), "--json", "--quiet")
+    assert out.returncode == 0, out.stderr + out.stdout
+    rep = json.loads(out.stdout)
+    a, c = rep["stations"]
+    assert (a["state"], a["routed"], c["state"]) == ("upgraded", True, "upgraded")
+    assert a["worker"] == {"name": "station-b", "host": "hb", "generation_before": "system-1-link",
+                           "generation_after": "system-2-link"}  # fmt: skip
+    assert [(st["step"], st["on"]) for st in a["steps"] if st["step"] in ("stop", "switch", "start")] == [
+        ("stop", None), ("stop", "worker"), ("switch", "worker"), ("switch", None), ("start", "worker"),
+        ("start", None),
+    ]  # fmt: skip
+    pair = [ln for ln in lab.log() if "systemctl" in ln or ln.startswith("nixos-rebuild switch --flake")]
+    assert pair[:6] == PAIR_SWITCH, lab.log()
+    assert pair[6:] == ["nixos-rebuild switch --flake .#station-c --target-host hc drained=hc"], lab.log()
+    assert [lab.profile(h) for h in ("ha", "hb", "hc")] == ["system-2-link"] * 3
+
+
+def test_a_no_go_rolls_both_halves_back_in_order_and_touches_no_other(lab: Lab) -> None:
+    fleet = pair_and_one(lab)
+    lab.generation("ha", 2, gates=FAULT)
+    lab.generation("hb", 2)
+    lab.generation("hc", 2)
+    out = lab.rollout("--fleet", str(fleet), "--json", "--quiet")
+    assert out.returncode == 1, out.stderr + out.stdout
+    rep = json.loads(out.stdout)
+    a, c = rep["stations"]
+    assert (a["state"], a["routed"], c["state"]) == ("rolled-back", True, "untouched")
+    assert a["failure"] == ("station-a: golive NO-GO (not held: tools) on the new generation; rolled back to "
+                            "system-1-link (head) and system-1-link (worker): GO, undrained")  # fmt: skip
+    assert a["worker"]["generation_after"] == "system-1-link"
+    cmds = [line for line in lab.log() if "systemctl" in line or line.startswith("nixos-rebuild")]
+    assert cmds == [*PAIR_SWITCH,
+                    "ssh ha systemctl stop vllm-station.service",
+                    "ssh hb systemctl stop vllm-station.service",
+                    "nixos-rebuild switch --rollback --target-host hb drained=ha",
+                    "nixos-rebuild switch --rollback --target-host ha drained=ha",
+                    "ssh hb systemctl start --no-block vllm-station.service",
+                    "ssh ha systemctl start --no-block vllm-station.service"]  # fmt: skip
+    assert [lab.profile(h) for h in ("ha", "hb", "hc")] == ["system-1-link"] * 3
+    assert not any("hc" in line for line in lab.log() if "readlink" not in line), "station-c was touched"
+
+
+def test_a_worker_switch_that_fails_before_activating_moves_neither_half(lab: Lab) -> None:
+    """The worker's switch fails before activating: the order stops there, before the head's switch, so
+    neither generation moved — no rollback (it would go one generation too far); both units are started
+    again, the worker first, and the old generation's GO undrains the pair."""
+    fleet = pair_and_one(lab)
+    lab.generation("ha", 2)
+    lab.generation("hb", 2, switch="fail")
+    out = lab.rollout("--fleet", str(fleet), "--json", "--quiet")
+    assert out.returncode == 1, out.stderr + out.stdout
+    a, c = json.loads(out.stdout)["stations"]
+    assert a["failure"].startswith("station-a: switch of the worker station-b's system failed: exit 1")
+    assert "the switch changed neither generation: no rollback: GO, undrained" in a["failure"]
+    assert (a["state"], a["routed"], c["state"]) == ("rolled-back", True, "untouched")
+    assert not any("--rollback" in line for line in lab.log())
+    assert [lab.profile(h) for h in ("ha", "hb")] == ["system-1-link"] * 2
+
+
+def test_a_pair_in_the_plan_and_in_the_fleet_file(lab: Lab, tmp_path: Path) -> None:
+    fleet = tmp_path / "f.json"
+    fleet.write_text(json.dumps({"stations": [
+        {"name": "a", "host": "h1", "worker": {"name": "b", "host": "h2"}}, {"name": "c", "host": "h3"},
+    ]}))  # fmt: skip
+    out = lab.rollout("--fleet", str(fleet), "--dry-run", "--json", "--quiet")
+    assert out.returncode == 0, out.stderr
+    a = json.loads(out.stdout)["stations"][0]
+    first = [(s["step"], s["on"], s["when"]) for s in a["steps"][:12]]
+    assert first == [
+        ("generation", None, None), ("generation", "worker", None), ("wait-ready", None, None),
+        ("drain", None, None), ("stop", None, None), ("stop", "worker", None), ("switch", "worker", None),
+        ("switch", None, None), ("start", "worker", None), ("start", None, None), ("wait-ready", None, None),
+        ("golive", None, None),
+    ]  # fmt: skip
+    worker_switch = a["steps"][6]["argv"]
+    assert worker_switch == ["nixos-rebuild", "switch", "--flake", ".#b", "--target-host", "h2"]
+    text = lab.rollout("--fleet", str(fleet), "--dry-run")
+    assert "a (h1, checks at http://127.0.0.1:8000, with its worker b (h2) as one pair):" in text.stdout
+    assert "switch (new) [worker]" in text.stdout
+    for entry, message in (
+        ({"name": "a", "host": "h1", "worker": {"name": "b"}}, "stations[0]: worker: host must be a string"),
+        ({"name": "a", "host": "h1", "worker": {"name": "b", "host": "h2", "url": "x"}},
+         "stations[0]: worker: unknown key url; the keys: name, host"),
+        ({"name": "a", "host": "h1", "worker": "b"}, "stations[0]: worker: must be an object"),
+        ({"name": "a", "host": "h1", "worker": {"name": "b", "host": "h3"}},
+         "the station host 'h3' is given twice"),
+    ):  # fmt: skip
+        fleet.write_text(json.dumps({"stations": [entry, {"name": "c", "host": "h3"}]}))
+        bad = lab.rollout("--fleet", str(fleet), "--dry-run")
+        assert bad.returncode == 2 and message in bad.stderr, (entry, bad.stderr)

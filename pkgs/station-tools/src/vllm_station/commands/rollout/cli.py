@@ -67,6 +67,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         ("generation", "print the station's current system generation"),
         ("wait", "wait until the station serves; {timeout} is --ready-timeout"),
         ("golive", "the go-live gates against the station directly (JSON on stdout)"),
+        ("stop", "a pair: stop a half's serving unit before the switches"),
+        ("start", "a pair: start a half's serving unit after them (the worker first)"),
     ):
         default = getattr(DEFAULTS, key)
         parser.add_argument(
@@ -133,9 +135,11 @@ def render_plan(rep: core.RolloutReport, opts: core.Options) -> str:
     for i, wave in enumerate(core.waves(opts.stations, opts.batch), 1):
         lines.append(f"wave {i}: {', '.join(st.name for st in wave)}")
         for st in wave:
-            lines.append(f"  {st.name} ({st.host}, checks at {st.url}):")
+            pair = f", with its worker {st.worker.name} ({st.worker.host}) as one pair" if st.worker else ""
+            lines.append(f"  {st.name} ({st.host}, checks at {st.url}{pair}):")
             for j, step in enumerate(by_name[st.name].steps, 1):
                 label = step.step + (f" ({step.generation})" if step.generation else "")
+                label += " [worker]" if step.on == "worker" else ""
                 when = f"  [{step.when}]" if step.when else ""
                 cmd = shlex.join(step.argv)
                 lines.append(f"    {j:2d}. {label:<18} {cmd}  (≤ {step.deadline_s:g} s){when}")
@@ -150,7 +154,8 @@ def render(rep: core.RolloutReport) -> str:
         last = next((s for s in reversed(st.steps) if s.step == "golive"), None)
         what = st.failure or (f"GO on {st.generation_after}" if st.state == "upgraded" and st.generation_after
                               else (last.summary if last else ""))  # fmt: skip
-        rows.append((st.name, st.host, st.state, routed, round(st.seconds, 1), what))
+        host = st.host + (f" + worker {st.worker['host']}" if st.worker else "")
+        rows.append((st.name, host, st.state, routed, round(st.seconds, 1), what))
     body = report_mod.table(["station", "host", "state", "routed", "seconds", "what"], rows)
     head = f"station rollout  {len(rep.stations)} stations, batch {rep.batch}, flake {rep.flake}"
     return f"{head}\n{body}\n{rep.result.upper()} (exit {rep.exit_code})"

@@ -18,6 +18,15 @@ on its GO — otherwise the station stays drained, and the report says so loudly
 change the generation (it failed before activating) is not rolled back: `--rollback` would go one
 generation further back. The rollout stops after a failure: the stations not reached are never touched.
 
+A pair (a fleet entry with a `worker`: two stations serving one model with tensor parallelism) is one unit
+of upgrade, in the pair's own order: both generations read, the head drained, then `stop` the head's serving
+unit and the worker's (the head first: its engine leaves the NCCL session before the worker's), `switch` the
+worker and the head, `start` the worker and then the head (whose start waits for the worker's beacon), and
+wait-ready and golive against the head. A failure rolls back each of the two whose generation the switch
+changed, in the same order (stop head, stop worker, roll back, start worker, start head), checks that both
+are on the generations read before, and undrains on the old generation's GO. The worker's steps are marked
+`on: worker` in the report.
+
 Every command runs through `process.run_bounded`: a deadline (its process group is stopped there), a
 bounded tail of its output kept in the report, redacted (`vllm_station.redact`).
 """
@@ -35,7 +44,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from vllm_station import bounded, process, redact
-from vllm_station.commands.rollout.fleet import Station
+from vllm_station.commands.rollout.fleet import Station, Worker
 from vllm_station.errors import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREACHABLE, Terminated, UsageError
 
 SCHEMA = "station-rollout/1"
@@ -61,6 +70,9 @@ class Templates:
     generation: str = "{remote} readlink /nix/var/nix/profiles/system"
     wait: str = "{remote} station wait-ready --base-url {url} --timeout {timeout} --json"
     golive: str = "{remote} station golive --base-url {url} --json --quiet"
+    # a pair's halves: their serving units stopped before the switches, started after (in order)
+    stop: str = "{remote} systemctl stop vllm-station.service"
+    start: str = "{remote} systemctl start --no-block vllm-station.service"
 
 
 OPTION = {
@@ -70,6 +82,8 @@ OPTION = {
     "generation": "--generation-command",
     "wait": "--wait-command",
     "golive": "--golive-command",
+    "stop": "--stop-command",
+    "start": "--start-command",
 }
 
 
@@ -102,6 +116,8 @@ class Commands:
     golive: list[str]
     undrain: list[str]
     rollback: list[str]
+    stop: list[str]
+    start: list[str]
 
 
 @dataclass
@@ -111,6 +127,7 @@ class StepRecord:
     argv: list[str]
     deadline_s: float
     when: str | None = None  # in a plan: when the step runs (None: always)
+    on: str | None = None  # "worker": a pair's worker (None: the station itself, a pair's head)
     ok: bool | None = None  # None: planned, not run
     exit_code: int | None = None  # None: not run, killed at its deadline or could not start
     timed_out: bool = False
@@ -135,6 +152,7 @@ class StationRecord:
     failure: str | None = None  # what went wrong, one line (None: upgraded or not reached)
     seconds: float = 0.0
     steps: list[StepRecord] = field(default_factory=list)
+    worker: dict[str, str | None] | None = None  # a pair's worker: name, host, generation_before/_after
 
 
 @dataclass
@@ -211,7 +229,16 @@ def commands_for(st: Station, opts: Options) -> Commands:
         golive=cmd(t.golive, OPTION["golive"], d.golive),
         undrain=cmd(UNDRAIN, OPTION["remote"], d.command),
         rollback=cmd(t.rollback, OPTION["rollback"], d.switch),
+        stop=cmd(t.stop, OPTION["stop"], d.command),
+        start=cmd(t.start, OPTION["start"], d.command),
     )
+
+
+def worker_commands(st: Station, opts: Options) -> Commands | None:
+    """A pair's worker's commands (its name and host in the templates; the head's URL), or None."""
+    if st.worker is None:
+        return None
+    return commands_for(Station(st.worker.name, st.worker.host, st.url), opts)
 
 
 # ---- the plan (--dry-run) --------------------------------------------------------------------------
@@ -238,6 +265,42 @@ def plan_steps(cmds: Commands, d: Deadlines) -> list[StepRecord]:
     ]
 
 
+def plan_pair_steps(cmds: Commands, w: Commands, d: Deadlines) -> list[StepRecord]:
+    wait_s = d.ready + SLACK_S
+
+    def on_worker(rec: StepRecord) -> StepRecord:
+        rec.on = "worker"
+        return rec
+
+    fail, moved = "on a failure", "on a failure, if its generation changed"
+    return [
+        StepRecord("generation", None, cmds.generation, d.command),
+        on_worker(StepRecord("generation", None, w.generation, d.command)),
+        StepRecord("wait-ready", "current", cmds.wait, wait_s),
+        StepRecord("drain", None, cmds.drain, d.command),
+        StepRecord("stop", None, cmds.stop, d.command),
+        on_worker(StepRecord("stop", None, w.stop, d.command)),
+        on_worker(StepRecord("switch", "new", w.switch, d.switch)),
+        StepRecord("switch", "new", cmds.switch, d.switch),
+        on_worker(StepRecord("start", "new", w.start, d.command)),
+        StepRecord("start", "new", cmds.start, d.command),
+        StepRecord("wait-ready", "new", cmds.wait, wait_s),
+        StepRecord("golive", "new", cmds.golive, d.golive),
+        StepRecord("undrain", None, cmds.undrain, d.command, when="on GO"),
+        StepRecord("generation", None, cmds.generation, d.command, when=fail),
+        on_worker(StepRecord("generation", None, w.generation, d.command, when=fail)),
+        StepRecord("stop", None, cmds.stop, d.command, when="on a failure, before a rollback"),
+        on_worker(StepRecord("stop", None, w.stop, d.command, when="on a failure, before a rollback")),
+        on_worker(StepRecord("rollback", "old", w.rollback, d.switch, when=moved)),
+        StepRecord("rollback", "old", cmds.rollback, d.switch, when=moved),
+        on_worker(StepRecord("start", "old", w.start, d.command, when="after a rollback")),
+        StepRecord("start", "old", cmds.start, d.command, when="after a rollback"),
+        StepRecord("wait-ready", "old", cmds.wait, wait_s, when=fail),
+        StepRecord("golive", "old", cmds.golive, d.golive, when=fail),
+        StepRecord("undrain", None, cmds.undrain, d.command, when="on the old generation's GO"),
+    ]
+
+
 def waves(stations: list[Station], batch: int) -> list[list[Station]]:
     return [stations[i : i + batch] for i in range(0, len(stations), batch)]
 
@@ -250,11 +313,20 @@ def plan(opts: Options) -> RolloutReport:
     """What `--dry-run` prints: every station's steps in order, commands expanded; nothing runs."""
     stations = []
     for st in opts.stations:
-        rec = StationRecord(st.name, st.host, st.url, state="planned")
-        rec.steps = plan_steps(commands_for(st, opts), opts.deadlines)
+        rec = StationRecord(st.name, st.host, st.url, state="planned", worker=_worker_record(st.worker))
+        w = worker_commands(st, opts)
+        cmds = commands_for(st, opts)
+        d = opts.deadlines
+        rec.steps = plan_steps(cmds, d) if w is None else plan_pair_steps(cmds, w, d)
         stations.append(rec)
     t = now()
     return RolloutReport(SCHEMA, t, t, True, opts.batch, opts.flake, "planned", EXIT_OK, None, stations)
+
+
+def _worker_record(worker: Worker | None) -> dict[str, str | None] | None:
+    if worker is None:
+        return None
+    return {"name": worker.name, "host": worker.host, "generation_before": None, "generation_after": None}
 
 
 # ---- running it ------------------------------------------------------------------------------------
@@ -328,13 +400,14 @@ class Runner:
         self.cancel = threading.Event()
         self.stopped_by = "Ctrl-C"  # or SIGTERM: what the failure of the station in flight names
 
-    def step(self, rec: StationRecord, name: str, generation: str | None, argv: list[str],
-             deadline_s: float, keep: int = OUTPUT_KEEP * 4) -> StepRecord:  # fmt: skip
+    def step(self, rec: StationRecord, name: str, generation: str | None, argv: list[str], deadline_s: float,
+             keep: int = OUTPUT_KEEP * 4, on: str | None = None) -> StepRecord:  # fmt: skip
         if self.cancel.is_set():
             raise _Cancelled
-        self.say(f"{rec.name}: {name}{f' ({generation})' if generation else ''} …")
+        who = f"{rec.name}" + (f" ({on} {rec.worker['name']})" if on and rec.worker else "")
+        self.say(f"{who}: {name}{f' ({generation})' if generation else ''} …")
         ran = process.run_bounded(argv, timeout_s=deadline_s, keep=keep)
-        step = StepRecord(name, generation, list(argv), deadline_s)
+        step = StepRecord(name, generation, list(argv), deadline_s, on=on)
         step.exit_code, step.timed_out, step.seconds = ran.exit_code, ran.timed_out, round(ran.seconds, 3)
         step.stdout, cut_out = _tail(ran.stdout)
         step.stderr, cut_err = _tail(ran.stderr)
@@ -353,13 +426,13 @@ class Runner:
         if step.summary != "ok":
             said += f" — {step.summary}"
         label = f"{name} ({generation})" if generation else name
-        self.say(f"{rec.name}: {label}: {said} ({ran.seconds:.1f} s)")
+        self.say(f"{who}: {label}: {said} ({ran.seconds:.1f} s)")
         if self.cancel.is_set():
             raise _Cancelled
         return step
 
     def upgrade(self, st: Station) -> StationRecord:
-        rec = StationRecord(st.name, st.host, st.url, state="in progress")
+        rec = StationRecord(st.name, st.host, st.url, state="in progress", worker=_worker_record(st.worker))
         try:
             self._upgrade(st, rec)
         except _Cancelled:
@@ -372,6 +445,7 @@ class Runner:
     def _upgrade(self, st: Station, rec: StationRecord) -> None:
         d = self.opts.deadlines
         cmds = commands_for(st, self.opts)
+        w = worker_commands(st, self.opts)
         gen = self.step(rec, "generation", None, cmds.generation, d.command)
         if not gen.ok:
             unreachable = gen.exit_code == SSH_UNREACHABLE
@@ -379,6 +453,15 @@ class Runner:
             rec.failure = f"{st.name}: cannot read its system generation: {gen.summary}; nothing was changed"
             return
         before = rec.generation_before = gen.stdout.strip()
+        w_before = None
+        if w is not None and rec.worker is not None:
+            w_gen = self.step(rec, "generation", None, w.generation, d.command, on="worker")
+            if not w_gen.ok:
+                rec.state = "unreachable" if w_gen.exit_code == SSH_UNREACHABLE else "not-drained"
+                rec.failure = (f"{st.name}: cannot read its worker {rec.worker['name']}'s system generation: "
+                               f"{w_gen.summary}; nothing was changed")  # fmt: skip
+                return
+            w_before = rec.worker["generation_before"] = w_gen.stdout.strip()
         ready = self.step(rec, "wait-ready", "current", cmds.wait, d.ready + SLACK_S)
         if not ready.ok:  # wait-ready's exit 3: nothing answered at the URL
             gone = ready.exit_code in (SSH_UNREACHABLE, EXIT_UNREACHABLE)
@@ -394,7 +477,7 @@ class Runner:
                            "--status` on it)")  # fmt: skip
             return
         rec.routed = False
-        failed = self._new_generation(rec, cmds)
+        failed = self._new_generation(rec, cmds, w)
         if failed is None:
             undrain = self.step(rec, "undrain", None, cmds.undrain, d.command)
             rec.state = "upgraded"
@@ -405,16 +488,28 @@ class Runner:
                                "DRAINED: run `station undrain` on it")  # fmt: skip
             after = self.step(rec, "generation", "new", cmds.generation, d.command)
             rec.generation_after = after.stdout.strip() if after.ok else None
+            if w is not None and rec.worker is not None:
+                w_after = self.step(rec, "generation", "new", w.generation, d.command, on="worker")
+                rec.worker["generation_after"] = w_after.stdout.strip() if w_after.ok else None
             return
         rec.failure = f"{st.name}: {failed}"
-        rec.failure += "; " + self._restore(rec, cmds, before)
+        if w is None or w_before is None:
+            rec.failure += "; " + self._restore(rec, cmds, before)
+        else:
+            rec.failure += "; " + self._restore_pair(rec, cmds, w, before, w_before)
 
-    def _new_generation(self, rec: StationRecord, cmds: Commands) -> str | None:
-        """Switch, wait-ready, golive: None on GO, else what failed (the step, and golive's gates)."""
+    def _new_generation(self, rec: StationRecord, cmds: Commands, w: Commands | None = None) -> str | None:
+        """Switch (a pair: in its order), wait-ready, golive: None on GO, else what failed (the step, and
+        golive's gates)."""
         d = self.opts.deadlines
-        switch = self.step(rec, "switch", "new", cmds.switch, d.switch)
-        if not switch.ok:
-            return f"switch failed: {switch.summary}"
+        if w is not None:
+            failed = self._pair_steps(rec, cmds, w, "new", "switch")
+            if failed is not None:
+                return failed
+        else:
+            switch = self.step(rec, "switch", "new", cmds.switch, d.switch)
+            if not switch.ok:
+                return f"switch failed: {switch.summary}"
         ready = self.step(rec, "wait-ready", "new", cmds.wait, d.ready + SLACK_S)
         if not ready.ok:
             return f"not ready on the new generation: {ready.summary}"
@@ -422,6 +517,70 @@ class Runner:
         if not golive.ok:
             return f"golive {golive.summary} on the new generation"
         return None
+
+    def _pair_steps(self, rec: StationRecord, cmds: Commands, w: Commands, generation: str, how: str,
+                    switch_worker: bool = True, switch_head: bool = True) -> str | None:  # fmt: skip
+        """A pair's switch (`how`: switch or rollback) in its order: stop the head, stop the worker, switch
+        the worker, switch the head, start the worker, start the head. None when every step passed, else
+        the first that failed (nothing after it runs)."""
+        d = self.opts.deadlines
+        rolling_back = how == "rollback"
+        worker_switch, head_switch = (w.rollback, cmds.rollback) if rolling_back else (w.switch, cmds.switch)
+        order: list[tuple[str, str | None, list[str], float, str | None]] = [
+            ("stop", None, cmds.stop, d.command, None),
+            ("stop", None, w.stop, d.command, "worker"),
+            *([(how, generation, worker_switch, d.switch, "worker")] if switch_worker else []),
+            *([(how, generation, head_switch, d.switch, None)] if switch_head else []),
+            ("start", generation, w.start, d.command, "worker"),
+            ("start", generation, cmds.start, d.command, None),
+        ]
+        for name, gen, argv, deadline, on in order:
+            step = self.step(rec, name, gen, argv, deadline, on=on)
+            if not step.ok:
+                who = f"the worker {rec.worker['name']}'s" if on and rec.worker else "the head's"
+                what = "system" if name in ("switch", "rollback") else "serving unit"
+                return f"{name} of {who} {what} failed: {step.summary}"
+        return None
+
+    def _restore_pair(self, rec: StationRecord, cmds: Commands, w: Commands, before: str,
+                      w_before: str) -> str:  # fmt: skip
+        """The pair back to the generations read before the switch — each half rolled back only if the
+        switch changed it — in the pair's order, and into rotation on the old generation's GO."""
+        d = self.opts.deadlines
+        assert rec.worker is not None
+        head_now = self.step(rec, "generation", None, cmds.generation, d.command)
+        worker_now = self.step(rec, "generation", None, w.generation, d.command, on="worker")
+        if not head_now.ok or not worker_now.ok:
+            rec.state = "left-drained"
+            why = head_now.summary if not head_now.ok else worker_now.summary
+            return (f"cannot read the pair's generations after the failure ({why}), so it was not rolled "
+                    "back; it is LEFT DRAINED")  # fmt: skip
+        head_changed = head_now.stdout.strip() != before
+        worker_changed = worker_now.stdout.strip() != w_before
+        what = "the switch changed neither generation: no rollback"
+        if head_changed or worker_changed:
+            failed = self._pair_steps(rec, cmds, w, "old", "rollback", worker_changed, head_changed)
+            if failed is not None:
+                rec.state = "left-drained"
+                return f"rollback: {failed}; it is LEFT DRAINED"
+            head_back = self.step(rec, "generation", "old", cmds.generation, d.command)
+            worker_back = self.step(rec, "generation", "old", w.generation, d.command, on="worker")
+            got = (head_back.stdout.strip() if head_back.ok else head_back.summary,
+                   worker_back.stdout.strip() if worker_back.ok else worker_back.summary)  # fmt: skip
+            if got != (before, w_before):
+                rec.state = "left-drained"
+                return (f"rolled back, but the generations are {got[0]} (head) and {got[1]} (worker), not "
+                        f"{before} and {w_before}; it is LEFT DRAINED")  # fmt: skip
+            what = f"rolled back to {before} (head) and {w_before} (worker)"
+        else:  # nothing switched, but both serving units were stopped: start them again, in order
+            for name, argv, on in (("start", w.start, "worker"), ("start", cmds.start, None)):
+                started = self.step(rec, name, "old", argv, d.command, on=on)
+                if not started.ok:
+                    rec.state = "left-drained"
+                    return f"{what}; start failed: {started.summary}; it is LEFT DRAINED"
+        rec.generation_after = before
+        rec.worker["generation_after"] = w_before
+        return self._serve_old(rec, cmds, what)
 
     def _restore(self, rec: StationRecord, cmds: Commands, before: str) -> str:
         """Back to the generation read before the switch, and into rotation on its GO; what happened."""
@@ -444,6 +603,11 @@ class Runner:
                         "DRAINED")  # fmt: skip
             what = f"rolled back to {before}"
         rec.generation_after = before
+        return self._serve_old(rec, cmds, what)
+
+    def _serve_old(self, rec: StationRecord, cmds: Commands, what: str) -> str:
+        """After a rollback (or none needed): wait-ready and golive on the old generation, undrain on GO."""
+        d = self.opts.deadlines
         ready = self.step(rec, "wait-ready", "old", cmds.wait, d.ready + SLACK_S)
         golive = None
         if ready.ok:

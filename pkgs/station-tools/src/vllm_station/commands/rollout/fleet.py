@@ -9,6 +9,13 @@ optionally `url` (the station's direct base URL as the checks reach it; default 
     name = "station-a"
     host = "root@10.10.0.1"
 
+A pair (two stations serving one model with tensor parallelism, `services.vllm-station.pair`) is one entry:
+the head's `name`, `host` and `url` (it serves the API), and `worker` with the worker's `name` and `host`.
+Both switch together, in the pair's order (docs/rollout.md):
+
+    {"stations": [{"name": "station-a", "host": "10.10.0.1",
+                   "worker": {"name": "station-b", "host": "10.10.0.2"}}]}
+
 Every value is checked before anything runs (a UsageError names the option or the file and the key): a
 name is what `{flake}#{name}` selects (letters, digits, `_ . -`), a host is what ssh is given (never
 starting with `-`: it would be read as an option), names and hosts are unique.
@@ -29,9 +36,18 @@ from vllm_station.errors import UsageError
 
 DEFAULT_URL = "http://127.0.0.1:8000"  # vLLM on the station's loopback at the serve module's default port
 FLEET_LIMIT = 1 << 20
-KEYS = ("name", "host", "url")
+KEYS = ("name", "host", "url", "worker")
+WORKER_KEYS = ("name", "host")
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,62}")
 _HOST = re.compile(r"[A-Za-z0-9_\[][A-Za-z0-9_.:@%\[\]-]{0,252}")
+
+
+@dataclass(frozen=True)
+class Worker:
+    """The worker of a pair (rank 1: headless, no URL of its own)."""
+
+    name: str
+    host: str
 
 
 @dataclass(frozen=True)
@@ -39,6 +55,7 @@ class Station:
     name: str
     host: str
     url: str
+    worker: Worker | None = None  # a pair: the head is this station, the worker switches with it
 
 
 def _name(text: str, where: str) -> str:
@@ -129,8 +146,21 @@ def read_fleet(path: Path) -> list[Station]:
         url = entry.get("url", DEFAULT_URL)
         if not isinstance(url, str):
             raise UsageError(f"{at}: url must be a string, got {argtypes.json_type(url)}")
-        out.append(Station(_name(entry["name"], at), _host(entry["host"], at), _url(url, at)))
+        worker = _worker(entry["worker"], f"{at}: worker") if "worker" in entry else None
+        out.append(Station(_name(entry["name"], at), _host(entry["host"], at), _url(url, at), worker))
     return out
+
+
+def _worker(entry: Any, at: str) -> Worker:
+    if not isinstance(entry, dict):
+        raise UsageError(f"{at}: must be an object with name and host (the pair's worker)")
+    unknown = sorted(set(entry) - set(WORKER_KEYS))
+    if unknown:
+        raise UsageError(f"{at}: unknown key {', '.join(unknown)}; the keys: {', '.join(WORKER_KEYS)}")
+    for key in WORKER_KEYS:
+        if not isinstance(entry.get(key), str):
+            raise UsageError(f"{at}: {key} must be a string, got {argtypes.json_type(entry.get(key))}")
+    return Worker(_name(entry["name"], at), _host(entry["host"], at))
 
 
 def check(stations: list[Station], batch: int) -> None:
@@ -138,10 +168,10 @@ def check(stations: list[Station], batch: int) -> None:
     for what in ("name", "host"):
         seen: set[str] = set()
         for st in stations:
-            value = getattr(st, what)
-            if value in seen:
-                raise UsageError(f"the station {what} {value!r} is given twice")
-            seen.add(value)
+            for value in (getattr(st, what), *([getattr(st.worker, what)] if st.worker else [])):
+                if value in seen:
+                    raise UsageError(f"the station {what} {value!r} is given twice")
+                seen.add(value)
     n = len(stations)
     if batch >= n:
         raise UsageError(
