@@ -211,8 +211,9 @@ def test_suite_passes_as_pytest_check_hook_runs_it(
     print(f"build-env suite: {counts} ({summary})", *(f"  skipped: {m}" for m in skips), sep="\n")
     left = request.config.stash.get(LEFT_TO_SUITE, frozenset()) if LEFT_TO_SUITE else frozenset()
     nowhere = sorted(f"{t}: {why}" for t, why in skipped.items() if t in left)
-    assert not nowhere, ("tests the unit tier left to this suite skipped here, so they ran nowhere (skip them "
-                         "in the unit tier's way, or mark them `timing`):\n" + "\n".join(nowhere))  # fmt: skip
+    assert not nowhere, ("tests the unit tier left to this suite skipped here, so they ran nowhere (mark them "
+                         "`host` — what a Nix build lacks — or `timing`: the unit tier runs those):\n"
+                         + "\n".join(nowhere))  # fmt: skip
     # each failure's own report first (its message and the end of its traceback): the run's output is long
     # and a CI log keeps only its start
     reports = [

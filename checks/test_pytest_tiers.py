@@ -260,6 +260,10 @@ def test_param(p):
 def test_timed():
     pass
 
+@pytest.mark.host
+def test_needs_the_host():
+    pass
+
 @pytest.mark.realvllm
 def test_vllm():
     pass
@@ -276,7 +280,7 @@ def _mini_repo(tmp_path: Path) -> Path:
     (repo / "checks/test_other.py").write_text("def test_check():\n    pass\n")
     (tests / "test_kept.py").write_text(PACKAGE_TESTS)
     (tests / "test_left.py").write_text("def test_left_out():\n    pass\n")
-    (repo / "pytest.ini").write_text("[pytest]\nmarkers =\n  timing: wall-clock bounds\n")
+    (repo / "pytest.ini").write_text("[pytest]\nmarkers =\n  timing: wall-clock bounds\n  host: the host's tools\n")
     return repo
 
 
@@ -302,9 +306,9 @@ def test_unit_tier_leaves_the_suites_tests_to_it_and_counts_them_there(tmp_path:
     record.mkdir()
     tiers = _tiers(repo, record, "-n", "2", "--dist", "loadgroup")
     assert tiers["_run"]["rc"] == 0, tiers["_run"]["stdout"][-3000:]
-    # the unit tier ran: the timing test, the left-out file's test, checks/' own test (3); not the four
-    # tests the suite runs (test_plain, test_param[a], test_param[b]: 3 ... and nothing of realvllm's)
-    assert (tiers["unit"]["passed"], tiers["unit"]["failed"]) == (3, 0), tiers["unit"]
+    # the unit tier ran: the timing and the host test, the left-out file's test, checks/' own test (4); not
+    # the three the suite runs (test_plain, test_param[a], test_param[b]), nor realvllm's
+    assert (tiers["unit"]["passed"], tiers["unit"]["failed"]) == (4, 0), tiers["unit"]
     assert tiers["realvllm"]["passed"] == 1
     # build_env: its 2 tests plus the suite's 40 passed and 2 skipped, counted in its line
     assert (tiers["build_env"]["passed"], tiers["build_env"]["skipped"]) == (42, 2), tiers["build_env"]
@@ -319,7 +323,7 @@ def test_without_the_suite_in_the_session_the_unit_tier_runs_everything(tmp_path
     record.mkdir()
     for args, env in ((["-m", "not build_env"], {}), ([], {"FAKE_NO_TREE": "1"}), ([], {"STATION_SUITE_ONCE": "0"})):
         tiers = _tiers(repo, record, *args, env=env)
-        assert tiers["unit"]["passed"] == 6, (args, env, tiers["unit"])  # 3 + 2 params + the left-out + check
+        assert tiers["unit"]["passed"] == 7, (args, env, tiers["unit"])  # 4 + 2 params + the left-out + check
         assert not tiers["unit"]["notes"], tiers["unit"]
 
 

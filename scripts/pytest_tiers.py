@@ -13,8 +13,8 @@ The package's tests run once. The build-env tier runs the package's suite as a N
 inputs only, one process); the unit tier would run most of the same tests again in the developers' venv.
 When the session holds that suite's test and it can run (Nix and the full tree are there), the unit tier
 leaves to it every package test the build's suite runs — all but the files package.nix keeps out
-(`disabledTestPaths`: the hostile servers, the rollouts), the `timing` tests (skipped in a Nix build) and
-the other tiers' tests — and counts the suite's results in the build-env tier's line (`suite_counts`, which
+(`disabledTestPaths`: the hostile servers, the rollouts), the `timing` and `host` tests (a Nix build skips
+them: wall-clock bounds, and what its sandbox lacks) and the other tiers' tests — and counts the suite's results in the build-env tier's line (`suite_counts`, which
 the suite's test records). The suite's test fails when one of the tests left to it skipped there (it would
 run nowhere); a suite that skipped as a whole fails the tier. STATION_SUITE_ONCE=0: both run everything.
 """
@@ -85,6 +85,8 @@ def tier_of(item: pytest.Item) -> str:
 # ---- the package's tests, once (the module's docstring) -----------------------------------------------
 SUITE_TEST = "checks/test_build_env.py::test_suite_passes_as_pytest_check_hook_runs_it"
 PACKAGE_DIR = "pkgs/station-tools/"  # the package's root: the build's suite runs from there
+# markers of the package's tests a Nix build skips (the unit tier runs them)
+SKIPPED_IN_A_BUILD = ("timing", "host")
 LEFT_TO_SUITE = pytest.StashKey[frozenset[str]]()  # the unit tests left to the suite, as suite_id() names them
 
 
@@ -97,11 +99,12 @@ def suite_id(package_nodeid: str) -> str:
     return "::".join([".".join([path.removesuffix(".py").replace("/", "."), *classes]), name + bracket + params])
 
 
-def suite_runs(nodeid: str, tier: str, timing: bool, left_out: set[str]) -> bool:
+def suite_runs(nodeid: str, tier: str, skipped_there: bool, left_out: set[str]) -> bool:
     """Whether the build's suite runs this test (so the unit tier need not): a package test of no other
-    tier, not `timing` (skipped in a Nix build), in a file package.nix does not keep out."""
+    tier, not one a Nix build skips (`timing`: wall-clock bounds; `host`: what its sandbox lacks), in a
+    file package.nix does not keep out."""
     base = nodeid.split("@", 1)[0]  # without xdist's group suffix
-    if tier != "unit" or timing or not base.startswith(f"{PACKAGE_DIR}tests/"):
+    if tier != "unit" or skipped_there or not base.startswith(f"{PACKAGE_DIR}tests/"):
         return False
     return base.removeprefix(PACKAGE_DIR).split("::", 1)[0] not in left_out
 
@@ -125,7 +128,7 @@ class SuiteOnce:
             return  # the build-env tier skips (no Nix, no tree): the unit tier runs everything
         chosen = [
             i for i in items
-            if suite_runs(i.nodeid, tier_of(i), i.get_closest_marker("timing") is not None, left_out)
+            if suite_runs(i.nodeid, tier_of(i), any(map(i.get_closest_marker, SKIPPED_IN_A_BUILD)), left_out)
         ]  # fmt: skip
         if not chosen:
             return

@@ -27,11 +27,14 @@ import pytest
 TESTS = Path(__file__).resolve().parent
 PKG = TESTS.parent / "src" / "vllm_station"
 BENCH_MUTATION = TESTS.parents[2] / "scripts" / "bench-mutation"
-pytestmark = pytest.mark.skipif(
-    not BENCH_MUTATION.exists(),
-    reason="scripts/bench-mutation is outside the package's source (a Nix build's): the repository's "
-    "check runs this",
-)
+pytestmark = [
+    pytest.mark.host,  # the repository's scripts/ is not in a Nix build's source
+    pytest.mark.skipif(
+        not BENCH_MUTATION.exists(),
+        reason="scripts/bench-mutation is outside the package's source (a Nix build's): the repository's "
+        "check runs this",
+    ),
+]
 
 # fnmatch patterns of `module.NAME` (as the test file names it) -> why the test may use the module's value
 ALLOWED: dict[str, str] = {

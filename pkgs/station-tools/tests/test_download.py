@@ -317,6 +317,7 @@ def big_repo() -> dict[str, RepoFile]:
     return files
 
 
+@pytest.mark.host  # a Nix build lacks mount(8)
 def test_disk_space_refused_up_front(small_tmpfs: Path, tmp_path: Path) -> None:
     with FakeHub(HubState(repo=REPO, files=big_repo())) as hub:
         target = small_tmpfs / "model"
@@ -328,6 +329,7 @@ def test_disk_space_refused_up_front(small_tmpfs: Path, tmp_path: Path) -> None:
     assert_not_verified(target)
 
 
+@pytest.mark.host  # a Nix build lacks mount(8)
 def test_disk_full_during_download(small_tmpfs: Path, tmp_path: Path) -> None:
     # a hub whose listing under-reports sizes gets past the up-front check; the write then hits ENOSPC
     with FakeHub(HubState(repo=REPO, files=big_repo(), size_scale=0.1)) as hub:

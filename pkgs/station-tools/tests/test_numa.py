@@ -149,6 +149,7 @@ def test_library_pinned_to_nothing_gives_one_clear_error(tmp_path: Path) -> None
     assert "apt-get install libnuma1" in r.stderr
 
 
+@pytest.mark.host  # a Nix build lacks unshare(1)
 def test_library_hidden_from_the_loader(tmp_path: Path) -> None:
     """No STATION_LIBNUMA: the system's libnuma is replaced by an empty file in a private mount namespace."""
     if shutil.which("unshare") is None:

@@ -54,6 +54,7 @@ def test_unbound_child_shows_default_policy() -> None:
     assert seen["mode"] == "default" and seen["numa_maps"] == "default"
 
 
+@pytest.mark.host  # a Nix build lacks numactl
 def test_numactl_show_in_child() -> None:
     if shutil.which("numactl") is None:
         pytest.skip("numactl missing: apt-get install numactl to cross-check with numactl --show")

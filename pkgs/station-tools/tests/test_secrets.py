@@ -91,6 +91,7 @@ def test_a_missing_file_names_the_option_the_file_and_the_unit(
     ]
 
 
+@pytest.mark.host  # "unreadable" skips for root (a builder may run as root)
 @pytest.mark.parametrize("case", ["empty", "directory", "fifo", "unreadable", "not-a-directory"])
 def test_unusable_files_fail_with_the_reason(
     case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]

@@ -212,6 +212,7 @@ def _node_exporter(directory: Path) -> Iterator[str]:
         proc.wait(timeout=10)
 
 
+@pytest.mark.host  # a Nix build lacks node_exporter
 @pytest.mark.skipif(NODE_EXPORTER is None, reason=f"no node_exporter: {NEED_DEBIAN}")
 def test_real_node_exporter_exposes_every_file_without_errors(tmp_path: Path) -> None:
     textfile.export_page_cache(
@@ -237,6 +238,7 @@ def test_real_node_exporter_exposes_every_file_without_errors(tmp_path: Path) ->
     assert "node_textfile_scrape_error 0" in text, text[-2000:]
 
 
+@pytest.mark.host  # a Nix build lacks promtool
 @pytest.mark.skipif(PROMTOOL is None, reason=f"no promtool: {NEED_DEBIAN}")
 def test_promtool_lints_the_exposition_clean() -> None:
     fams = textfile.page_cache_families(

@@ -20,7 +20,10 @@ from simserver import SimServer
 
 from vllm_station.sim.config import SimConfig
 
-pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
+pytestmark = [
+    pytest.mark.host,  # a Nix build lacks the openssl command
+    pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command"),
+]
 
 
 def _openssl(*args: str, cwd: Path) -> None:
