@@ -380,10 +380,17 @@ class Station:
             ["systemctl", "--failed", "--plain", "--no-legend", "--full"], check=False
         ).stdout.strip()
         tail = "\n".join(m.journal(unit).splitlines()[-60:])
-        return (
-            f"---- {unit}: {state}\n---- queued jobs:\n{jobs or '(none)'}\n"
-            f"---- failed units:\n{failed or '(none)'}\n---- journal of {unit} (last 60 lines):\n{tail}"
-        )
+        why = []
+        for line in failed.splitlines()[:4]:  # each failed unit: its result and its own journal, timed
+            name = line.split()[0]
+            result = m.show(name, "Result").get("Result", "?")
+            own = m.run(["journalctl", "-u", name, "--no-pager", "-o", "short-precise"], check=False).stdout
+            why.append(f"---- {name} (Result={result}), last 15 lines:\n" + "\n".join(own.splitlines()[-15:]))
+        return "\n".join([
+            f"---- {unit}: {state}\n---- queued jobs:\n{jobs or '(none)'}",
+            f"---- failed units:\n{failed or '(none)'}", *why,
+            f"---- journal of {unit} (last 60 lines):\n{tail}",
+        ])  # fmt: skip
 
     def wait_state(
         self, active: str, timeout: float, unit: str = SERVE_UNIT
