@@ -281,15 +281,17 @@ class Pair:
                     self.session.head_dies()
                     self.events.append("head down")
                     if self.worker_back_after_head_stop:
-                        self.beacon = self._beacon()
+                        # the event first: the watchdog may see the new beacon (and finish) before
+                        # `_beacon()` returns here
                         self.events.append("worker back")
+                        self.beacon = self._beacon()
                 elif call.startswith("B restart"):
                     self.beacon.stop()
                     if self.session.engine is not None:
                         self.session.engine.close()
                         self.session.engine = None
+                    self.events.append("worker restarted")  # before the new beacon can be seen (above)
                     self.beacon = self._beacon()
-                    self.events.append("worker restarted")
             seen = len(lines)
             time.sleep(0.05)
 
