@@ -14,8 +14,8 @@ inputs only, one process); the unit tier would run most of the same tests again 
 When the session holds that suite's test and it can run (Nix and the full tree are there), the unit tier
 leaves to it every package test the build's suite runs — all but the files package.nix keeps out
 (`disabledTestPaths`: the hostile servers, the rollouts), the `timing` and `host` tests (a Nix build skips
-them: wall-clock bounds, and what its sandbox lacks) and the other tiers' tests — and counts the suite's results in the build-env tier's line (`suite_counts`, which
-the suite's test records). The suite's test fails when one of the tests left to it skipped there (it would
+them: wall-clock bounds, and what its sandbox lacks) and the other tiers' tests — and counts the suite's
+results in the build-env tier's line (`suite_counts`, which the suite's test records). The suite's test fails when one of the tests left to it skipped there (it would
 run nowhere); a suite that skipped as a whole fails the tier. STATION_SUITE_ONCE=0: both run everything.
 """
 
